@@ -1,0 +1,288 @@
+"""Tests for `ordergrad_trl.rewards`: math-verify pitfalls, the hard per-item bound, TRL's calling convention, and
+the public MATH-500 / GSM8K reference solutions (skipped when /work/shared/data is absent)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from math_verify import parse, verify
+
+from ordergrad_trl import rewards
+from ordergrad_trl.rewards import format_reward, gsm8k_gold, length_penalty, math_reward, score_completions
+
+DATA = Path(os.environ.get("ORDERGRAD_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+WORKERS = 2  # every test uses the same pool size so the pool is built once
+
+
+def score(preds, golds, **kw):
+    return score_completions(preds, golds, num_workers=WORKERS, **kw)
+
+
+def timed(fn, *args, **kw):
+    start = time.monotonic()
+    out = fn(*args, **kw)
+    return out, time.monotonic() - start
+
+
+def load(name):
+    path = DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} absent: public test sets are not shipped with the repo (set ORDERGRAD_SHARED_DATA)")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# ------------------------------------------------------------------------------------------- math-verify pitfalls
+def test_gold_goes_first():
+    # An asymmetric pair: math-verify accepts an interval answer for a relation gold, not the reverse.
+    rel, interval = parse(r"$x \le 2$"), parse(r"$(-\infty,2]$")
+    assert verify(rel, interval) and not verify(interval, rel)  # so a swapped call would flip both results below
+    assert score([r"\boxed{(-\infty,2]}", r"\boxed{x \le 2}"], [r"x \le 2", r"(-\infty,2]"]) == [1.0, 0.0]
+
+
+def test_bare_gold_is_wrapped():
+    assert parse(r"\sqrt{51}") == []  # a bare MATH answer parses to nothing ...
+    golds = [r"\sqrt{51}", r"\frac{\pi}{6}", r"$\frac{1}{2}$", r"\boxed{\frac{1}{2}}"]  # ... ours wraps it
+    preds = [r"so \boxed{\sqrt{51}}.", r"\boxed{\pi/6}", r"\boxed{0.5}", r"\boxed{\frac12}"]
+    assert score(preds, golds) == [1.0] * 4
+
+
+def test_last_boxed_answer_wins():
+    preds = [r"\boxed{5}. Final answer is 3", r"Maybe \boxed{3}? No: the answer is \boxed{5}."]
+    assert score(preds, ["5", "5"]) == [1.0, 1.0]
+    assert score(preds, ["3", "3"]) == [0.0, 0.0]
+
+
+def test_gsm8k_gold():
+    assert gsm8k_gold("He pays 3*6=<<3*6=18>>18.\n#### 18") == "18"
+    assert gsm8k_gold("a #### b\n#### 1,450,000 ") == "1450000"  # last marker, separators removed
+    with pytest.raises(ValueError, match="####"):
+        gsm8k_gold("The answer is 18")
+    assert score([r"\boxed{1,450,000}", r"\boxed{1450000}"], [gsm8k_gold("#### 1,450,000")] * 2) == [1.0, 1.0]
+
+
+def test_unparseable_gold_is_none():
+    assert score([r"\boxed{1}", r"\boxed{1}", r"\boxed{1}"], ["", "$$", "1"]) == [None, None, 1.0]
+
+
+def test_math_verify_needs_the_main_thread_but_we_do_not():
+    errors, results = [], []
+
+    def work():
+        try:
+            parse(r"$\frac{1}{2}$")  # the pitfall: signal.alarm off the main thread
+        except ValueError as e:
+            errors.append(e)
+        results.append(score([r"\boxed{\frac{1}{2}}", "no"], ["0.5", "0.5"]))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=60)
+    assert errors and results == [[1.0, 0.0]]
+
+
+# --------------------------------------------------------------------------------------- edge cases, hard bound
+BOUND_S = 2.0
+EDGE = {
+    "empty": ("", "1", 0.0),
+    "no box, no answer": ("I cannot solve this.", "1", 0.0),
+    "no box, plain number": ("The answer is 42", "42", 1.0),
+    "malformed latex": (r"\boxed{\frac{1}{", r"\frac{1}{2}", 0.0),
+    "empty box": (r"\boxed{}", "1", 0.0),
+    "100 KB, box at end": ("Let me think step by step. " * 4000 + r"\boxed{42}", "42", 1.0),
+    "100 KB of braces": ("{" * 100_000, "1", 0.0),
+    "huge integer tower": (r"\boxed{9^{9^{9^{9^{9}}}}}", "9", 0.0),
+}
+
+
+@pytest.mark.parametrize("name", list(EDGE))
+def test_edge_case_within_bound(name):
+    pred, gold, want = EDGE[name]
+    out, elapsed = timed(score, [pred], [gold], timeout_s=BOUND_S)
+    assert out == [want]
+    assert elapsed < BOUND_S + 1.0
+
+
+def warm_pool():
+    """Score until every worker has reported ready (a call returns as soon as its items are done)."""
+    for _ in range(200):
+        score(["warm"] * 8, ["1"] * 8)
+        if all(w.ready for w in rewards._POOL.workers):
+            return
+        time.sleep(0.05)
+    raise AssertionError("workers did not start")
+
+
+def _worker_pids():
+    return [w.proc.pid for w in rewards._POOL.workers]
+
+
+def test_slow_sympy_item_is_killed_at_the_hard_bound():
+    # `9^{9^{9^{9}}}` vs 1 keeps sympy busy until math-verify's own alarm (1 s, its whole-second minimum); a 0.5 s
+    # hard bound must kill that worker first. (On math-verify 0.9 / CPython 3.11 we found no input that outlives
+    # the alarm itself: big-int and regex loops check signals; the test below covers a truly stuck worker.)
+    warm_pool()
+    before = _worker_pids()
+    out, elapsed = timed(score, [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{2}"], ["1", "2"], timeout_s=0.5)
+    assert out == [0.0, 1.0]
+    assert elapsed < 5.0
+    assert set(before) - set(_worker_pids()), "the stuck worker should have been replaced"
+
+
+def test_stuck_worker_is_killed_and_replaced():
+    warm_pool()
+    stuck = _worker_pids()
+    for pid in stuck:  # a stopped process ignores its own alarm: only the parent's kill can end it
+        os.kill(pid, signal.SIGSTOP)
+    preds = [rf"\boxed{{{i}}}" for i in range(64)]  # several items per chunk: the rest must be requeued
+    out, elapsed = timed(score, preds, [str(i) for i in range(64)], timeout_s=1.0)
+    assert sorted(out) == [0.0] * WORKERS + [1.0] * (64 - WORKERS)  # each stuck worker costs its item only
+    assert elapsed < 1.0 + 30
+    assert not set(stuck) & set(_worker_pids())
+    for pid in stuck:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped
+    assert score([r"\boxed{1}"], ["1"]) == [1.0]
+
+
+def test_worker_that_died_while_idle_is_replaced():
+    warm_pool()
+    dead = rewards._POOL.workers[0].proc
+    dead.kill()
+    dead.wait()
+    assert score([rf"\boxed{{{i}}}" for i in range(16)], [str(i) for i in range(16)]) == [1.0] * 16
+    assert dead.pid not in _worker_pids()
+
+
+def test_many_items_keep_their_order():
+    rng = random.Random(0)
+    golds = [str(rng.randrange(100)) for _ in range(300)]
+    truth = [rng.random() < 0.5 for _ in golds]
+    preds = [rf"so \boxed{{{g if ok else int(g) + 1}}}" for g, ok in zip(golds, truth)]
+    assert score(preds, golds) == [1.0 if ok else 0.0 for ok in truth]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(predictions=["a"], golds=["1", "2"]), "same length"),
+        (dict(predictions=[None], golds=["1"]), "predictions"),
+        (dict(predictions=["a"], golds=[1]), "golds"),
+        (dict(predictions=["a"], golds=["1"], timeout_s=0), "timeout_s"),
+        (dict(predictions=["a"], golds=["1"], num_workers=0), "num_workers"),
+    ],
+)
+def test_bad_input_raises(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        score_completions(**kwargs)
+
+
+def test_defaults_from_environment(monkeypatch):
+    cpus = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("ORDERGRAD_REWARD_WORKERS", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert rewards._default_workers() == min(4, cpus)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cpus))  # torchrun: the ranks on a node share its cores
+    assert rewards._default_workers() == 1
+    monkeypatch.setenv("ORDERGRAD_REWARD_WORKERS", "3")
+    assert rewards._default_workers() == 3
+    monkeypatch.setenv("ORDERGRAD_REWARD_TIMEOUT_S", "0")
+    with pytest.raises(ValueError, match="ORDERGRAD_REWARD_TIMEOUT_S"):
+        score(["a"], ["1"])
+
+
+def test_shutdown_then_restart():
+    score(["warm"], ["1"])
+    procs = [w.proc for w in rewards._POOL.workers]
+    rewards.shutdown()
+    assert all(p.poll() is not None for p in procs)
+    assert score([r"\boxed{3}"], ["3"]) == [1.0]
+
+
+def test_forked_child_builds_its_own_pool():
+    score(["warm"], ["1"])
+    pid = os.fork()
+    if pid == 0:  # child: must not talk to the parent's workers
+        ok = rewards._POOL is None and score([r"\boxed{7}"], ["7"]) == [1.0]
+        rewards.shutdown()
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert score([r"\boxed{8}"], ["8"]) == [1.0]  # the parent's pool still works
+
+
+# --------------------------------------------------------------------------------------- TRL reward functions
+def trl_kwargs(completions, **columns):
+    """The keyword arguments TRL 1.16's `_calculate_rewards` passes a reward function."""
+    return dict(
+        prompts=["q"] * len(completions), completions=completions, completion_ids=[[1, 2, 3]] * len(completions),
+        trainer_state=None, log_extra=lambda *a: None, log_metric=lambda *a: None, **columns,
+    )
+
+
+def test_math_reward_under_trl_calling_convention():
+    completions = [
+        r"\boxed{2}",
+        [{"role": "assistant", "content": r"The answer is \boxed{2}."}],
+        [{"role": "assistant", "content": r"\boxed{1}"}, {"role": "user", "content": "sure?"},
+         {"role": "assistant", "content": [{"type": "text", "text": r"Yes, \boxed{3}"}]}],
+        r"\boxed{27}",
+        r"\boxed{2}",
+        r"\boxed{None}",
+    ]
+    out = math_reward(**trl_kwargs(completions, answer=["2", "2", "2", 27.0, "", None]))
+    assert out == [1.0, 1.0, 0.0, 1.0, None, None]
+    assert math_reward.__name__ == "math_reward"
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (r"so \boxed{\frac{1}{2}}.", 1.0),
+        (r"\boxed{\{1,2\}}", 1.0),
+        (r"\boxed {5}", 1.0),
+        ("42", 0.0),
+        (r"\boxed{1} then \boxed{2}", 0.0),
+        (r"\boxed{\frac{1}{2}", 0.0),
+        (r"\boxed 5", 0.0),
+    ],
+)
+def test_format_reward(text, want):
+    assert format_reward(**trl_kwargs([text, [{"role": "assistant", "content": text}]])) == [want, want]
+
+
+def test_length_penalty():
+    reward = functools.partial(length_penalty, max_len=4)
+    kwargs = trl_kwargs(["a", "b", "c"])
+    kwargs["completion_ids"] = [[], [1, 2], [1, 2, 3, 4, 5]]
+    assert reward(**kwargs) == [0.0, -0.5, -1.0]
+    assert reward.func.__name__ == "length_penalty"  # TRL names a partial by its function
+    with pytest.raises(ValueError, match="max_len"):
+        length_penalty(**kwargs)
+
+
+# --------------------------------------------------------------------------------- public reference solutions
+def test_math500_reference_solutions_all_correct():
+    rows = load("math500_test.jsonl")
+    assert score([r["solution"] for r in rows], [r["answer"] for r in rows]) == [1.0] * 500
+    shifted = [rows[i - 1]["answer"] for i in range(500)]  # the same solutions against wrong golds
+    assert sum(s == 1.0 for s in score([r["solution"] for r in rows], shifted)) < 25
+
+
+def test_gsm8k_reference_solutions_all_correct():
+    rows = load("gsm8k_test.jsonl")
+    golds = [gsm8k_gold(r["answer"]) for r in rows]
+    # The reference reasoning (intermediate numbers, <<calc>> notes) with its `#### N` line boxed as written,
+    # thousands separators included: extraction must find the final answer, not the last number it sees.
+    parts = [r["answer"].rsplit("####", 1) for r in rows]
+    boxed = [body + r"So the answer is \boxed{%s}." % final.strip() for body, final in parts]
+    assert score(boxed, golds) == [1.0] * 1319
+    assert score([f"The answer is ${g}$." for g in golds], golds) == [1.0] * 1319
+    assert sum(s == 1.0 for s in score(boxed, golds[1:] + golds[:1])) < 66
