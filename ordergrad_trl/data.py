@@ -27,6 +27,8 @@ from typing import Any
 
 import datasets
 
+from .rewards import gsm8k_gold
+
 __all__ = [
     "DEFAULT_USER_TEMPLATE",
     "MATH_SETS",
@@ -106,7 +108,7 @@ def _gsm8k_gold(row: Mapping[str, Any]) -> str | None:
     text = row.get("answer")
     if not text or "####" not in text:
         return None
-    return text.rsplit("####", 1)[1].strip().replace(",", "") or None
+    return gsm8k_gold(text) or None
 
 
 def _gsm8k_solution(row: Mapping[str, Any]) -> str | None:
