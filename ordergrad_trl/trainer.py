@@ -1,0 +1,198 @@
+"""`OrderGradTrainer`: TRL's `GRPOTrainer` with OrderGrad's unbiased leave-one-out advantages.
+
+TRL computes GRPO advantages inline in the private `_generate_and_score_completions` (no hook). Instead of copying
+it, we let it run and then replace its result: `_calculate_rewards` is wrapped only to keep the rewards it returns
+(already gathered from all processes), and after the parent returns we recompute the advantages on those rewards
+and overwrite this process's slice of `output["advantages"]` and the completions-table log. These two private
+methods are the only seams; `tests/test_trl_contract.py` checks their behaviour for the pinned TRL range.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
+
+from .advantage import lstat_advantage, lstat_value
+from .config import EXACT_LOSS_TYPES, OrderGradConfig
+from .objectives import rank_weights
+
+logger = logging.getLogger(__name__)
+
+# The TRL releases whose private `_calculate_rewards` / `_generate_and_score_completions` contract was tested
+# (keep in sync with pyproject.toml and tests/test_trl_contract.py).
+TESTED_TRL_VERSIONS = SpecifierSet(">=1.16.0,<1.17")
+
+if Version(trl.__version__) not in TESTED_TRL_VERSIONS:
+    warnings.warn(
+        f"ordergrad_trl was tested with trl{TESTED_TRL_VERSIONS}, found trl {trl.__version__}. OrderGradTrainer "
+        "relies on GRPOTrainer._calculate_rewards and _generate_and_score_completions; run "
+        "tests/test_trl_contract.py before trusting it.",
+        stacklevel=2,
+    )
+
+
+class OrderGradTrainer(GRPOTrainer):
+    r"""
+    [`~trl.GRPOTrainer`] whose advantages are OrderGrad's unbiased leave-one-out advantages for an order-statistic
+    objective (Max@K, Top-M@K, CVaR, ...). Drop-in: takes the same arguments as `GRPOTrainer`, with an
+    [`~ordergrad_trl.OrderGradConfig`] as `args`; generation (transformers, vLLM colocate/server), DeepSpeed, FSDP,
+    PEFT, multi-GPU, evaluation and logging are TRL's.
+
+    For each prompt, the weighted sum of the reward functions over its N = `num_generations` rollouts forms a group,
+    and rollout i gets the advantage `K * lstat_advantage(group_rewards, rank_weights(objective, K))[i]` (see
+    [`~OrderGradTrainer.compute_advantages`]); with the default `loss_type="luspo"` the resulting gradient is an
+    unbiased estimate of the gradient of J. A rollout for which every reward function returned `None` is
+    unscorable: it is left out of its group's ranking and gets advantage 0.
+
+    Logged metrics (on the gathered batch, identical on every process), in addition to TRL's:
+
+    - `ordergrad/objective`: mean over the batch's groups of the unbiased estimate of J (`lstat_value`); only when
+      the group size is at least K.
+    - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal).
+    - `ordergrad/adv_abs_mean`: mean absolute advantage over all rollouts.
+
+    The completions table (`log_completions=True`) shows these advantages, not GRPO's.
+
+    Example:
+
+    ```python
+    >>> from ordergrad_trl import OrderGradConfig, OrderGradTrainer
+    >>> args = OrderGradConfig(output_dir="out", ordergrad_objective="ReMax", ordergrad_k=4, num_generations=8)
+    >>> trainer = OrderGradTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=my_reward, args=args,
+    ...                            train_dataset=dataset)
+    >>> trainer.train()
+    ```
+    """
+
+    _tag_names = ["trl", "grpo", "ordergrad"]
+    _name = "OrderGrad"
+
+    def __init__(self, model, reward_funcs=None, args: OrderGradConfig | None = None, *pargs, **kwargs):
+        if args is None:
+            model_name = model if isinstance(model, str) else model.config._name_or_path
+            args = OrderGradConfig(f"{str(model_name).split('/')[-1]}-OrderGrad")
+        elif not isinstance(args, OrderGradConfig):
+            raise TypeError(
+                f"OrderGradTrainer needs `args` to be an OrderGradConfig, got {type(args).__name__}. OrderGradConfig "
+                "accepts every GRPOConfig field, plus ordergrad_objective and ordergrad_k."
+            )
+        super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        self.ordergrad_k = args.ordergrad_k
+        self.ordergrad_weights = rank_weights(args.ordergrad_objective, args.ordergrad_k)  # (K,) float64
+        # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
+        self._ordergrad_gathered_rewards = None
+        if args.loss_type not in EXACT_LOSS_TYPES:
+            logger.warning(
+                "loss_type=%r: the gradient is no longer an unbiased estimate of grad J up to a constant "
+                "(see OrderGradConfig); 'luspo' (default) or 'dr_grpo' keep it unbiased.",
+                args.loss_type,
+            )
+
+    def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        r"""
+        Advantages of one batch of groups. Override this to change the estimator; the trainer does the rest
+        (gathering, grouping, reward weighting, `scale_rewards`, slicing per process, logging).
+
+        Args:
+            rewards (`torch.Tensor`):
+                `(num_groups, N)` float32 rewards (the weighted sum over reward functions), one row per prompt, on
+                the accelerator device. NaN marks an unscorable rollout. N is `num_generations` in training and
+                `num_generations_eval` in evaluation, where it can be `<= K` (even 1).
+
+        Returns:
+            `torch.Tensor`: `(num_groups, N)` advantages, same dtype and device. NaN entries are replaced by 0 and
+            unscorable rollouts are forced to 0 by the caller.
+
+        The default is `K * lstat_advantage(rewards, w)` (computed in float64), and all zeros when N <= K (the
+        leave-one-out baseline needs K other rollouts).
+
+        Example: train Max@K on a thresholded reward (solved or not), keeping unscorable rollouts as NaN:
+
+        ```python
+        class SolvedAtKTrainer(OrderGradTrainer):
+            def compute_advantages(self, rewards):  # (num_groups, N)
+                solved = torch.where(rewards.isnan(), rewards, (rewards >= 1.0).to(rewards.dtype))
+                return super().compute_advantages(solved)
+        ```
+        """
+        if rewards.shape[-1] <= self.ordergrad_k:
+            return torch.zeros_like(rewards)
+        advantages = self.ordergrad_k * lstat_advantage(rewards.double(), self.ordergrad_weights)
+        return advantages.to(rewards.dtype)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._ordergrad_gathered_rewards = rewards_per_func  # (N_global, num_funcs), same on every process
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        self._ordergrad_gathered_rewards = None
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            rewards_per_func = self._ordergrad_gathered_rewards
+        finally:
+            self._ordergrad_gathered_rewards = None
+        if rewards_per_func is None:
+            raise RuntimeError(
+                "GRPOTrainer._generate_and_score_completions did not call _calculate_rewards: the TRL internals "
+                f"OrderGradTrainer relies on changed (trl {trl.__version__}, tested {TESTED_TRL_VERSIONS})."
+            )
+
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages = self._ordergrad_advantages(rewards_per_func, group_size, mode)  # (N_global,)
+
+        # The same local slice TRL takes: process p holds rows [p * n_local, (p + 1) * n_local) of the gathered batch.
+        n_local = len(inputs)
+        local = output["advantages"]
+        n_global = n_local * self.accelerator.num_processes
+        if local.dim() != 1 or local.shape[0] != n_local or advantages.shape[0] != n_global:
+            raise RuntimeError(
+                f"Unexpected TRL shapes: local advantages {tuple(local.shape)} for {n_local} local rollouts, "
+                f"{advantages.shape[0]} gathered rewards on {self.accelerator.num_processes} processes "
+                f"(trl {trl.__version__}, tested {TESTED_TRL_VERSIONS})."
+            )
+        start = self.accelerator.process_index * n_local
+        output["advantages"] = advantages[start : start + n_local].to(device=local.device, dtype=local.dtype)
+
+        # The parent appended its gathered advantages to the completions-table log; put ours in their place.
+        logged = self._logs["advantages"]
+        for _ in range(min(advantages.shape[0], len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+        return output
+
+    def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
+        """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""
+        # Weighted sum as TRL's "sum_then_normalize": a None from some functions counts as 0, from all as unscorable.
+        weights = self.reward_weights.to(rewards_per_func.device)
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (N_global,)
+        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards = rewards.masked_fill(unscorable, torch.nan)
+        grouped = rewards.view(-1, group_size)  # (num_groups, N)
+
+        advantages = self.compute_advantages(grouped)
+        if advantages.shape != grouped.shape:
+            raise ValueError(
+                f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
+            )
+        if self.scale_rewards == "group" and group_size > 1:
+            advantages = advantages / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+        elif self.scale_rewards == "batch" and rewards.numel() > 1:
+            advantages = advantages / (nanstd(rewards) + 1e-4)
+        advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
+
+        metrics = self._metrics[mode]
+        if group_size >= self.ordergrad_k:
+            values = lstat_value(grouped.double(), self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
+            metrics["ordergrad/objective"].append(torch.nanmean(values).item())
+        metrics["ordergrad/frac_zero_adv_groups"].append((advantages == 0).all(dim=1).float().mean().item())
+        metrics["ordergrad/adv_abs_mean"].append(advantages.abs().mean().item())
+        return advantages.reshape(-1)

@@ -1,0 +1,58 @@
+"""Shared offline fixtures: a tiny random Qwen2 model + BPE tokenizer, and CPU-safe trainer settings.
+
+Nothing here touches the Hub. Run the suite with OMP_NUM_THREADS=1: the tiny model's ops are ~100x slower with
+several threads on a small machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# tests/ is not a package; make its helper modules (tiny_model, ...) importable under any pytest import mode
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny_model import build_tiny_model  # noqa: E402
+
+# Trainer settings every CPU test needs: TRL defaults to bf16 and gradient checkpointing, and would report to
+# any installed tracker. Tests pass these explicitly; the library never flips them.
+CPU_TRAINING_ARGS = dict(
+    bf16=False,
+    use_cpu=True,
+    report_to="none",
+    gradient_checkpointing=False,
+    save_strategy="no",
+    logging_steps=1,
+    disable_tqdm=True,
+    dataloader_num_workers=0,
+    seed=0,
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """Directory with a tiny random `Qwen2ForCausalLM` and its tokenizer (ChatML template), built once."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_qwen2"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def tiny_model(tiny_model_dir):
+    """A fresh copy of the tiny model (float32) for tests that train it."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def cpu_training_args(tmp_path):
+    """Keyword arguments for a TRL config that runs on CPU, writing under this test's tmp_path."""
+    return dict(CPU_TRAINING_ARGS, output_dir=str(tmp_path / "out"))

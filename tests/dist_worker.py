@@ -1,0 +1,111 @@
+"""torchrun worker for tests/test_trainer.py::test_two_processes_each_rank_gets_its_slice.
+
+Usage: torchrun --standalone --nproc_per_node 2 tests/dist_worker.py MODEL_DIR OUT_DIR
+
+Trains OrderGradTrainer for 2 steps on CPU (gloo) with 6 rollouts per process and groups of 4, so the second
+group of every generation batch is split between the processes. Each rank writes OUT_DIR/rank{r}.json with,
+per generation call, its local prompts, completion ids, the rewards its reward functions returned and the local
+advantages `_generate_and_score_completions` produced, plus the rows that reached its loss. The test recomputes
+everything from these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ordergrad_trl import OrderGradConfig, OrderGradTrainer
+
+PER_DEVICE, GROUP, K = 6, 4, 3
+WEIGHTS = [0.2, 0.3, 0.5]
+REWARD_WEIGHTS = [1.0, 0.5]
+
+
+def _h(ids) -> int:
+    return int(hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest(), 16) % 12
+
+
+class Recorder(OrderGradTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls, self.loss_rows, self._pending = [], [], None
+
+    def _generate_and_score_completions(self, inputs):
+        self._pending = {"prompts": [x["prompt"] for x in inputs], "rewards": [[None, None] for _ in inputs]}
+        output = super()._generate_and_score_completions(inputs)
+        mask = output["completion_mask"].bool()
+        self._pending["completion_ids"] = [ids[m].tolist() for ids, m in zip(output["completion_ids"], mask)]
+        self._pending["advantages"] = output["advantages"].tolist()
+        self.calls.append(self._pending)
+        self._pending = None
+        return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        mask = inputs["completion_mask"].bool()
+        for ids, m, adv in zip(inputs["completion_ids"], mask, inputs["advantages"].tolist()):
+            self.loss_rows.append({"step": self.state.global_step, "completion": ids[m].tolist(), "advantage": adv})
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    trainer = None
+
+    def record(index, values):
+        for row, value in zip(trainer._pending["rewards"], values):
+            row[index] = value
+        return values
+
+    def correct(completion_ids, **kwargs):
+        return record(0, [None if _h(ids) < 2 else float(_h(ids) % 2) for ids in completion_ids])
+
+    def fmt(completion_ids, **kwargs):
+        return record(1, [None if _h(ids) < 1 else (2.0 if _h(ids) % 3 == 0 else 0.0) for ids in completion_ids])
+
+    args = OrderGradConfig(
+        output_dir=str(Path(out_dir) / "run"),
+        per_device_train_batch_size=PER_DEVICE,
+        num_generations=GROUP,
+        ordergrad_k=K,
+        ordergrad_objective=",".join(map(str, WEIGHTS)),
+        reward_weights=REWARD_WEIGHTS,
+        max_completion_length=6,
+        max_steps=2,
+        learning_rate=0.1,
+        bf16=False,
+        use_cpu=True,
+        report_to="none",
+        gradient_checkpointing=False,
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+    )
+    dataset = Dataset.from_dict({"prompt": [f"Question {i}: what is {i} plus {i + 1}?" for i in range(12)]})
+    trainer = Recorder(
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        reward_funcs=[correct, fmt],
+        args=args,
+        train_dataset=dataset,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+    )
+    assert trainer.accelerator.num_processes == 2, "run me with torchrun --nproc_per_node 2"
+    trainer.train()
+
+    result = {
+        "rank": trainer.accelerator.process_index,
+        "config": {"num_generations": GROUP, "weights": WEIGHTS, "reward_weights": REWARD_WEIGHTS},
+        "calls": trainer.calls,
+        "loss_rows": trainer.loss_rows,
+        "log_history": trainer.state.log_history,
+    }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / f"rank{result['rank']}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
