@@ -105,6 +105,8 @@ def main(model_dir: str, out_dir: str) -> None:
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / f"rank{result['rank']}.json").write_text(json.dumps(result))
+    # Tear the gloo group down before exit: left to interpreter shutdown, its threads can abort a rank
+    trainer.end()
 
 
 if __name__ == "__main__":
