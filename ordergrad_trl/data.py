@@ -1,4 +1,4 @@
-"""Math datasets in one conversational format: a registry of known sets plus a built-in arithmetic set.
+"""Math datasets in one conversational format: a registry of known sets (the arithmetic set is in arithmetic.py).
 
 Every loader returns a `datasets.Dataset` with the columns
 
@@ -15,9 +15,7 @@ full reference solution that ends in `\\boxed{answer}`.
 from __future__ import annotations
 
 import dataclasses
-import operator
 import os
-import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +32,6 @@ __all__ = [
     "MATH_SETS",
     "REFERENCE_SOLUTION_SETS",
     "MathSetSpec",
-    "arithmetic_dataset",
     "get_math_set",
     "last_boxed",
     "load_math_dataset",
@@ -514,6 +511,8 @@ def load_math_dataset(
     if spec.name == "arithmetic":
         if split not in ("train", "test"):
             raise ValueError(f"split for 'arithmetic' must be 'train' or 'test', got {split!r}")
+        from .arithmetic import arithmetic_dataset  # it formats its rows with this module's helpers
+
         return arithmetic_dataset(system_prompt=system_prompt, user_template=user_template)[split]
 
     if local is None:
@@ -531,97 +530,3 @@ def load_math_dataset(
             )
         return _format(_load_file(file), spec, split, **fmt)
     return _format(_load_hub(spec, split), spec, split, **fmt)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Built-in arithmetic set
-
-_NAMES = ("Tom", "Anna", "Ben", "Maria", "Sam", "Lily", "Omar", "Priya", "Jack", "Mia")
-_ITEMS = ("apples", "oranges", "pencils", "marbles", "cookies", "stickers", "books", "balloons", "cards", "candies")
-_TEMPLATES = {
-    "+": (
-        "{name} has {a} {item} and buys {b} more. How many {item} does {name} have now?",
-        "There are {a} {item} in a basket. {name} puts {b} more {item} in the basket. "
-        "How many {item} are in the basket now?",
-    ),
-    "-": (
-        "{name} has {a} {item} and gives {b} of them to a friend. How many {item} does {name} have left?",
-        "A basket holds {a} {item}. {name} takes {b} {item} out of the basket. How many {item} are left in the basket?",
-    ),
-    "*": (
-        "{name} buys {a} bags with {b} {item} in each bag. How many {item} does {name} buy in total?",
-        "There are {a} boxes and each box holds {b} {item}. How many {item} are there in all?",
-    ),
-    "/": (
-        "{name} shares {a} {item} equally among {b} friends. How many {item} does each friend get?",
-        "{name} packs {a} {item} equally into {b} boxes. How many {item} go in each box?",
-    ),
-}
-_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.floordiv}
-
-
-def _arithmetic_keys() -> list[tuple[str, int, int]]:
-    # Every distinct (op, a, b) problem; small operands keep it within reach of a 135M model.
-    keys = [("+", a, b) for a in range(2, 31) for b in range(2, 31)]
-    keys += [("-", a, b) for a in range(4, 31) for b in range(2, a)]
-    keys += [("*", a, b) for a in range(2, 13) for b in range(2, 13)]
-    keys += [("/", b * q, b) for b in range(2, 13) for q in range(2, 13)]
-    return keys
-
-
-def arithmetic_dataset(
-    n_train: int = 1000,
-    n_test: int = 200,
-    seed: int = 0,
-    *,
-    system_prompt: str | None = None,
-    user_template: str = DEFAULT_USER_TEMPLATE,
-) -> datasets.DatasetDict:
-    """Seeded one-step arithmetic word problems (+, -, *, exact /) with integer answers, offline.
-
-    Train and test share no (op, a, b) problem, so test accuracy is not memorization of the same sum with other
-    names. Test draws distinct problems; train cycles through the remaining ones (reshuffled each pass) when
-    `n_train` exceeds them. Columns: `prompt`, `answer`, `question`, `id`, and the operands `a`, `b`, `op`
-    (answer == a op b).
-    """
-    for field_name, value in (("n_train", n_train), ("n_test", n_test), ("seed", seed)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{field_name} must be a non-negative int, got {value!r}")
-    keys = _arithmetic_keys()
-    if n_test > len(keys) // 2:
-        raise ValueError(
-            f"n_test must be at most {len(keys) // 2} (half the {len(keys)} distinct problems), got {n_test}"
-        )
-    rng = random.Random(seed)
-    rng.shuffle(keys)
-    test_keys, pool = keys[:n_test], keys[n_test:]
-    train_keys: list[tuple[str, int, int]] = []
-    while len(train_keys) < n_train:
-        rng.shuffle(pool)
-        train_keys += pool[: n_train - len(train_keys)]
-
-    spec = MATH_SETS["arithmetic"]
-    splits = {}
-    for split, split_keys in (("train", train_keys), ("test", test_keys)):
-        columns: dict[str, list[Any]] = {k: [] for k in ("question", "answer", "id", "a", "b", "op")}
-        for i, (op, a, b) in enumerate(split_keys):
-            template = rng.choice(_TEMPLATES[op])
-            question = template.format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
-            columns["question"].append(question)
-            columns["answer"].append(str(_OPS[op](a, b)))
-            columns["id"].append(f"{split}-{i:05d}")
-            columns["a"].append(a)
-            columns["b"].append(b)
-            columns["op"].append(op)
-        raw = datasets.Dataset.from_dict(columns)
-        splits[split] = _format(
-            raw,
-            spec,
-            split,
-            system_prompt=system_prompt,
-            user_template=user_template,
-            keep_metadata=True,
-            keep_solution=False,
-            drop_unanswerable=False,
-        )
-    return datasets.DatasetDict(splits)

@@ -12,11 +12,11 @@ import datasets
 import pytest
 
 from ordergrad_trl import data as data_mod
+from ordergrad_trl.arithmetic import arithmetic_dataset
 from ordergrad_trl.data import (
     DEFAULT_USER_TEMPLATE,
     MATH_SETS,
     REFERENCE_SOLUTION_SETS,
-    arithmetic_dataset,
     get_math_set,
     last_boxed,
     load_math_dataset,
