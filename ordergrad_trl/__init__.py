@@ -6,7 +6,7 @@ from .objectives import rank_weights
 __version__ = "0.1.0"
 
 # The trainer pulls in TRL (seconds to import); load it on first use so the math stays a light import.
-_LAZY = {"OrderGradConfig": ".config", "OrderGradTrainer": ".trainer"}
+_LAZY = {"OrderGradConfig": ".config", "ObjectiveStage": ".schedule", "OrderGradTrainer": ".trainer"}
 
 __all__ = ["rank_weights", "lstat_value", "lstat_advantage", *_LAZY]
 

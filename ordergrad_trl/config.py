@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import GRPOConfig
 
+from .estimators import ESTIMATORS, bind_estimator, estimator_params
 from .objectives import VALID_OBJECTIVES, rank_weights
+from .schedule import ObjectiveStage, split_objective_at_k, string_list, parse_objective_schedule
 
 logger = logging.getLogger(__name__)
 
 # On-policy, these loss types give a gradient along -(1/N) sum_i A_i grad log pi(o_i); the value is its scale.
 EXACT_LOSS_TYPES = {"luspo": "exactly 1", "dr_grpo": "1/max_completion_length (a constant)"}
+
+# Estimator parameters that other config fields set; naming them in `ordergrad_estimator_kwargs` is an error.
+_PARAMS_FROM_FIELDS = {"objective": "ordergrad_objective", "k": "ordergrad_k", "scale": "scale_rewards"}
 
 
 @dataclass
@@ -41,6 +47,43 @@ class OrderGradConfig(GRPOConfig):
             (the leave-one-out baseline of a rollout needs K other rollouts of its prompt). Evaluation with
             `num_generations_eval <= K` is allowed: the advantages there are undefined and set to 0 (the eval loss
             is only logged) and `ordergrad/objective` is logged only when `num_generations_eval >= K`.
+
+        > Parameters that choose the advantage estimator, a schedule, or one objective per reward function
+
+        ordergrad_estimator (`str`, *optional*, defaults to `"ordergrad"`):
+            Group advantage estimator, a name from [`~ordergrad_trl.estimators.ESTIMATORS`] (formulas, papers,
+            bias and centering in `ordergrad_trl.estimators`): `"ordergrad"` (unbiased for any objective, centered),
+            `"grpo"` (TRL's; biased unless `scale_rewards="none"`, centered), `"rloo"` (unbiased for the mean,
+            centered), `"maxk_tang"` (unbiased for max@K, not centered), `"passk_chen"` (biased, centered, 0/1
+            rewards only), `"pkpo"` (unbiased for max@K, not centered), `"rs_grpo"` (biased, centered). Estimators
+            that take `k` get `ordergrad_k` (or the schedule's K), `"ordergrad"` gets `ordergrad_objective`, and
+            `"grpo"` gets `scale_rewards` as its `scale` (the trainer then does not divide a second time; set
+            `scale_rewards="group"` for TRL's default GRPO). `ordergrad/objective` is always the estimate of
+            J for `ordergrad_objective` over `ordergrad_k` (or the schedule's current ones), whichever estimator
+            trains, so that runs with different estimators can be compared on one objective.
+        ordergrad_estimator_kwargs (`dict` or `str`, *optional*):
+            The estimator's other parameters, e.g. `{"beta": 2.0}` for `"rs_grpo"` (a JSON string on the command
+            line). `objective`, `k` and `scale` come from the fields above and are rejected here.
+        ordergrad_schedule (`list[str]`, *optional*):
+            Piecewise-constant objective schedule, entries `"STEP OBJECTIVE@K"`, e.g. `["0 ReMax@8",
+            "100 ReMax@4", "200 Mean@1"]`: from optimizer step STEP (`trainer.state.global_step` when the rollouts
+            are scored) on, train OBJECTIVE over K. The first entry starts at step 0, steps increase strictly, and
+            every K must be smaller than `num_generations`. When set, it overrides `ordergrad_objective` and
+            `ordergrad_k`, which are overwritten with the first stage's values. With an estimator that takes `k`
+            but no objective (`pkpo`, `passk_chen`, `maxk_tang`) only K changes the training signal (the objective
+            changes the `ordergrad/objective` estimate); estimators with neither are rejected. Logged each step:
+            `ordergrad/k` and `ordergrad/schedule_stage` (index of the active entry).
+        ordergrad_reward_objectives (`list[str]`, *optional*):
+            One objective per reward function, `"OBJECTIVE"` or `"OBJECTIVE@K"` (K defaults to `ordergrad_k`),
+            e.g. `["TopM:2@4", "Mean"]` for the best 2 of 4 on correctness and the mean of a length penalty. The
+            objective becomes J = sum_f reward_weight_f * J_f with J_f the L-statistic of reward function f alone
+            over K_f draws, and rollout i gets `sum_f reward_weight_f * K_f * lstat_advantage(rewards_f, w_f)[i]`,
+            unbiased for grad J by linearity. A `None` from function f leaves that rollout out of f's ranking (its
+            term for f is 0; unlike the default, where a `None` counts as reward 0 in the weighted sum); a rollout
+            with every function `None` gets 0. Needs `ordergrad_estimator="ordergrad"`, no `ordergrad_schedule`,
+            and as many entries as reward functions (checked when the trainer is built); `ordergrad_objective` is
+            then unused. Logs `ordergrad/objective/<reward function name>` (J_f, unweighted) and
+            `ordergrad/objective` (sum_f reward_weight_f * J_f).
 
     > [!NOTE]
     > These parameters have default values different from [`~trl.GRPOConfig`], chosen so that on-policy the
@@ -72,6 +115,9 @@ class OrderGradConfig(GRPOConfig):
     > rollout's reward depends on its group mates and no longer has an unbiased order-statistic estimate.
     """
 
+    # JSON strings from the command line are parsed into dicts by TrainingArguments.__post_init__
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["ordergrad_estimator_kwargs"]
+
     ordergrad_objective: str = field(
         default="TopM:2",
         metadata={
@@ -86,6 +132,37 @@ class OrderGradConfig(GRPOConfig):
         metadata={
             "help": "K, the number of rollouts the objective is defined over; must be smaller than "
             "`num_generations`. With `num_generations_eval <= K` the eval advantages are set to 0."
+        },
+    )
+
+    ordergrad_estimator: str = field(
+        default="ordergrad",
+        metadata={
+            "help": "Group advantage estimator: ordergrad (default; unbiased for any objective), grpo (TRL's; its "
+            "scale is scale_rewards), rloo, maxk_tang, passk_chen, pkpo, rs_grpo. k comes from ordergrad_k, the "
+            "objective (ordergrad only) from ordergrad_objective."
+        },
+    )
+    ordergrad_estimator_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Other estimator parameters, e.g. '{\"beta\": 2.0}' for rs_grpo (a JSON string on the command "
+            "line). objective, k and scale come from ordergrad_objective, ordergrad_k and scale_rewards."
+        },
+    )
+    ordergrad_schedule: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Piecewise-constant objective schedule, entries 'STEP OBJECTIVE@K' (first STEP 0, strictly "
+            "increasing), e.g. '0 ReMax@8' '100 ReMax@4' '200 Mean@1'. Overrides ordergrad_objective and "
+            "ordergrad_k; logged as ordergrad/k and ordergrad/schedule_stage."
+        },
+    )
+    ordergrad_reward_objectives: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "One objective per reward function, 'OBJECTIVE' or 'OBJECTIVE@K' (K defaults to ordergrad_k), "
+            "e.g. 'TopM:2@4' 'Mean'. J = sum_f reward_weight_f * J_f; ordergrad estimator only."
         },
     )
 
@@ -119,27 +196,15 @@ class OrderGradConfig(GRPOConfig):
             self.importance_sampling_level = "sequence" if self.loss_type == "luspo" else "token"
         super().__post_init__()
 
-        if isinstance(self.ordergrad_k, bool) or not isinstance(self.ordergrad_k, int) or self.ordergrad_k < 1:
-            raise ValueError(f"ordergrad_k must be a positive integer, got {self.ordergrad_k!r}.")
-        if self.ordergrad_k >= self.num_generations:
-            raise ValueError(
-                f"ordergrad_k ({self.ordergrad_k}) must be smaller than num_generations ({self.num_generations}): "
-                "the leave-one-out advantage of a rollout needs K other rollouts of the same prompt. Lower "
-                "ordergrad_k or raise num_generations."
-            )
-        try:
-            rank_weights(self.ordergrad_objective, self.ordergrad_k)
-        except ValueError as err:
-            raise ValueError(
-                f"ordergrad_objective={self.ordergrad_objective!r} is not valid for ordergrad_k={self.ordergrad_k}: "
-                f"{err}"
-            ) from err
-        except TypeError as err:
-            raise ValueError(
-                f"ordergrad_objective must be a string (a preset or comma-separated weights), got "
-                f"{self.ordergrad_objective!r}. Valid forms: {VALID_OBJECTIVES}."
-            ) from err
-
+        if self.ordergrad_schedule is not None:
+            stages = parse_objective_schedule(self.ordergrad_schedule)
+            for index, stage in enumerate(stages):
+                entry = f"ordergrad_schedule[{index}]={self.ordergrad_schedule[index]!r}"
+                self._check_objective(stage.objective, stage.k, "objective", "K", entry=entry)
+            self._warn_if_overridden("ordergrad_schedule", stages[0].objective, stages[0].k)
+            # the fields then name the objective training starts with, for code that reads them
+            self.ordergrad_objective, self.ordergrad_k = stages[0].objective, stages[0].k
+        self._check_objective(self.ordergrad_objective, self.ordergrad_k, "ordergrad_objective", "ordergrad_k")
         if self.scale_rewards not in ("none", "group", "batch"):
             raise ValueError(
                 f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {self.scale_rewards!r}."
@@ -151,11 +216,142 @@ class OrderGradConfig(GRPOConfig):
                 "functions; 'normalize_then_sum' z-scores each function within its group, which makes a rollout's "
                 "reward depend on its group mates."
             )
-        if self.num_generations_eval is not None and self.num_generations_eval <= self.ordergrad_k:
+        self._check_estimator()
+        if self.ordergrad_reward_objectives is not None:
+            self._check_reward_objectives()
+
+        self._warn_about_eval_groups()
+
+    # ------------------------------------------------------------------------------------------ resolved settings
+
+    def ordergrad_stages(self) -> list[ObjectiveStage]:
+        """The objective schedule as stages (one stage from step 0 when `ordergrad_schedule` is unset)."""
+        if self.ordergrad_schedule is None:
+            return [ObjectiveStage(0, self.ordergrad_objective, self.ordergrad_k)]
+        return parse_objective_schedule(self.ordergrad_schedule)
+
+    def ordergrad_reward_specs(self) -> list[tuple[str, int]] | None:
+        """`ordergrad_reward_objectives` as `(objective, K)` pairs, or `None` when unset."""
+        if self.ordergrad_reward_objectives is None:
+            return None
+        entries = string_list(self.ordergrad_reward_objectives, "ordergrad_reward_objectives")
+        return [split_objective_at_k(e, self.ordergrad_k, "ordergrad_reward_objectives") for e in entries]
+
+    def ordergrad_estimator_params(self, stage: ObjectiveStage) -> dict[str, Any]:
+        """Keyword parameters of `ordergrad_estimator` in `stage`: the kwargs plus objective, k and scale it takes."""
+        accepted = estimator_params(self.ordergrad_estimator)
+        from_fields = {"objective": stage.objective, "k": stage.k, "scale": self.scale_rewards}
+        return {**(self.ordergrad_estimator_kwargs or {}), **{p: v for p, v in from_fields.items() if p in accepted}}
+
+    def ordergrad_estimator_scales(self) -> bool:
+        """Whether the estimator applies `scale_rewards` itself (`grpo`), so the trainer must not divide again."""
+        return "scale" in estimator_params(self.ordergrad_estimator)
+
+    # ------------------------------------------------------------------------------------------ validation
+
+    def _warn_if_overridden(self, by: str, objective: str, k: int | None):
+        defaults = self.__dataclass_fields__
+        if self.ordergrad_objective not in (defaults["ordergrad_objective"].default, objective):
+            logger.warning("ordergrad_objective=%r is ignored: %s sets the objective.", self.ordergrad_objective, by)
+        if k is not None and self.ordergrad_k not in (defaults["ordergrad_k"].default, k):
+            logger.warning("ordergrad_k=%r is ignored: %s sets K.", self.ordergrad_k, by)
+
+    def _check_objective(self, objective, k, objective_field: str, k_field: str, entry: str | None = None):
+        """`entry` names a list entry (schedule, per-reward objectives) holding both; else two fields hold them."""
+        at = f"{entry}: " if entry else ""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"{at}{k_field} must be a positive integer, got {k!r}.")
+        if k >= self.num_generations:
+            raise ValueError(
+                f"{at}{k_field} ({k}) must be smaller than num_generations ({self.num_generations}): the "
+                f"leave-one-out advantage of a rollout needs K other rollouts of the same prompt. Lower {k_field} or "
+                "raise num_generations."
+            )
+        try:
+            rank_weights(objective, k)
+        except ValueError as err:
+            raise ValueError(f"{at}{objective_field}={objective!r} is not valid for {k_field}={k}: {err}") from err
+        except TypeError as err:
+            raise ValueError(
+                f"{at}{objective_field} must be a string (a preset or comma-separated weights), got {objective!r}. "
+                f"Valid forms: {VALID_OBJECTIVES}."
+            ) from err
+
+    def _check_estimator(self):
+        name = self.ordergrad_estimator
+        if not isinstance(name, str) or name.strip().lower() not in ESTIMATORS:
+            raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATORS)}.")
+        self.ordergrad_estimator = name.strip().lower()
+        kwargs = self.ordergrad_estimator_kwargs
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise ValueError(
+                f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}', "
+                f"got {kwargs!r}."
+            )
+        reserved = sorted(set(kwargs or {}) & set(_PARAMS_FROM_FIELDS))
+        if reserved:
+            raise ValueError(
+                f"ordergrad_estimator_kwargs must not set {reserved}: set "
+                f"{', '.join(_PARAMS_FROM_FIELDS[p] for p in reserved)} instead."
+            )
+        accepted = estimator_params(self.ordergrad_estimator)
+        if self.ordergrad_schedule is not None and not {"objective", "k"} & set(accepted):
+            raise ValueError(
+                f"ordergrad_schedule has no effect with ordergrad_estimator={self.ordergrad_estimator!r}, which takes "
+                "neither an objective nor k; use one that does: "
+                f"{', '.join(n for n in ESTIMATORS if {'objective', 'k'} & set(estimator_params(n)))}."
+            )
+        for index, stage in enumerate(self.ordergrad_stages()):
+            if self.ordergrad_schedule is not None:
+                where = f"ordergrad_schedule[{index}]={self.ordergrad_schedule[index]!r}"
+            else:
+                params = self.ordergrad_estimator_params(stage)
+                where = ", ".join(f"{f}={params[p]!r}" for p, f in _PARAMS_FROM_FIELDS.items() if p in params)
+            try:
+                bind_estimator(
+                    self.ordergrad_estimator, num_generations=self.num_generations,
+                    **self.ordergrad_estimator_params(stage),
+                )  # fmt: skip
+            except (ValueError, TypeError) as err:
+                setting = ", ".join(filter(None, [kwargs and f"ordergrad_estimator_kwargs={kwargs!r}", where]))
+                raise ValueError(
+                    f"ordergrad_estimator={self.ordergrad_estimator!r} with {setting}, num_generations="
+                    f"{self.num_generations}: {err}"
+                ) from err
+
+    def _check_reward_objectives(self):
+        if self.ordergrad_estimator != "ordergrad":
+            raise ValueError(
+                "ordergrad_reward_objectives needs ordergrad_estimator='ordergrad' (the per-function advantages are "
+                f"OrderGrad's L-statistic advantages), got ordergrad_estimator={self.ordergrad_estimator!r}."
+            )
+        if self.ordergrad_schedule is not None:
+            raise ValueError("ordergrad_reward_objectives and ordergrad_schedule cannot be combined; set one of them.")
+        self._warn_if_overridden("ordergrad_reward_objectives", None, None)
+        for index, (objective, k) in enumerate(self.ordergrad_reward_specs()):
+            where = f"ordergrad_reward_objectives[{index}]={self.ordergrad_reward_objectives[index]!r}"
+            self._check_objective(objective, k, "objective", "K", entry=where)
+
+    def _warn_about_eval_groups(self):
+        n_eval = self.num_generations_eval
+        if n_eval is None or n_eval == self.num_generations:
+            return
+        specs = self.ordergrad_reward_specs()
+        if specs is not None:
+            bindings = [("ordergrad", {"objective": o, "k": k}) for o, k in specs]
+        else:
+            bindings = [(self.ordergrad_estimator, self.ordergrad_estimator_params(s)) for s in self.ordergrad_stages()]
+        undefined = []
+        for name, params in bindings:
+            try:
+                bind_estimator(name, num_generations=n_eval, **params)
+            except ValueError as err:
+                undefined.append(str(err))
+        max_k = max(k for _, k in specs) if specs else max(s.k for s in self.ordergrad_stages())
+        if undefined or n_eval < max_k:
             logger.warning(
-                "num_generations_eval (%d) <= ordergrad_k (%d): the OrderGrad advantage is undefined in evaluation; "
-                "eval advantages are set to 0 (the eval policy loss is 0) and ordergrad/objective is logged only when "
-                "num_generations_eval >= ordergrad_k.",
-                self.num_generations_eval,
-                self.ordergrad_k,
+                "num_generations_eval (%d): %s in evaluation, where those advantages are set to 0 (the eval policy "
+                "loss is only logged); ordergrad/objective is logged only for K <= num_generations_eval.",
+                n_eval,
+                f"the advantage is undefined for some K ({undefined[0]})" if undefined else "some K exceed it",
             )

@@ -9,6 +9,7 @@ methods are the only seams; `tests/test_trl_contract.py` checks their behaviour 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import warnings
 
@@ -19,8 +20,10 @@ from packaging.version import Version
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from .advantage import lstat_advantage, lstat_value
+from .advantage import lstat_value
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
+from .schedule import ObjectiveStage
+from .estimators import bind_estimator
 from .objectives import rank_weights
 
 logger = logging.getLogger(__name__)
@@ -51,10 +54,20 @@ class OrderGradTrainer(GRPOTrainer):
     unbiased estimate of the gradient of J. A rollout for which every reward function returned `None` is
     unscorable: it is left out of its group's ranking and gets advantage 0.
 
+    `ordergrad_estimator` swaps in another group estimator of `ordergrad_trl.estimators` (GRPO, RLOO, PKPO, ...),
+    `ordergrad_schedule` changes the objective and K with `state.global_step` (the active stage is a function of
+    the step alone, so it survives checkpoint resumes), and `ordergrad_reward_objectives` gives each reward
+    function its own objective (see [`~OrderGradTrainer.compute_advantages_per_reward`]).
+
     Logged metrics (on the gathered batch, identical on every process), in addition to TRL's:
 
-    - `ordergrad/objective`: mean over the batch's groups of the unbiased estimate of J (`lstat_value`); only when
-      the group size is at least K.
+    - `ordergrad/objective`: mean over the batch's groups of the unbiased estimate of J (`lstat_value`) for the
+      active objective, whichever estimator trains; only when the group size is at least K. With
+      `ordergrad_reward_objectives`: sum_f reward_weight_f * `ordergrad/objective/<name>`, logged when every J_f is.
+    - `ordergrad/objective/<name>`: with `ordergrad_reward_objectives` only, the estimate of J_f for reward
+      function `<name>` (unweighted, in that function's units), when the group size is at least K_f.
+    - `ordergrad/k`: the active K; `ordergrad/schedule_stage`: the index of the active `ordergrad_schedule` entry
+      (only with a schedule). Like all TRL metrics, averaged over the `logging_steps` window.
     - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal).
     - `ordergrad/adv_abs_mean`: mean absolute advantage over all rollouts.
 
@@ -81,11 +94,20 @@ class OrderGradTrainer(GRPOTrainer):
         elif not isinstance(args, OrderGradConfig):
             raise TypeError(
                 f"OrderGradTrainer needs `args` to be an OrderGradConfig, got {type(args).__name__}. OrderGradConfig "
-                "accepts every GRPOConfig field, plus ordergrad_objective and ordergrad_k."
+                "accepts every GRPOConfig field, plus the ordergrad_* fields."
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
-        self.ordergrad_k = args.ordergrad_k
-        self.ordergrad_weights = rank_weights(args.ordergrad_objective, args.ordergrad_k)  # (K,) float64
+        self.ordergrad_stages: list[ObjectiveStage] = args.ordergrad_stages()
+        self._ordergrad_stage_starts = [stage.start_step for stage in self.ordergrad_stages]
+        self.ordergrad_reward_specs: list[tuple[str, int]] | None = args.ordergrad_reward_specs()
+        # after super().__init__: environments may have added reward functions
+        if self.ordergrad_reward_specs is not None and len(self.ordergrad_reward_specs) != len(self.reward_funcs):
+            raise ValueError(
+                f"ordergrad_reward_objectives has {len(self.ordergrad_reward_specs)} entries "
+                f"{args.ordergrad_reward_objectives} but there are {len(self.reward_funcs)} reward functions "
+                f"{self.reward_func_names}: give one objective per reward function, in the same order."
+            )
+        self._ordergrad_bound = {}  # (stage index or ("reward", f), group size) -> estimator, or None if undefined
         # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
         self._ordergrad_gathered_rewards = None
         if args.loss_type not in EXACT_LOSS_TYPES:
@@ -94,6 +116,42 @@ class OrderGradTrainer(GRPOTrainer):
                 "(see OrderGradConfig); 'luspo' (default) or 'dr_grpo' keep it unbiased.",
                 args.loss_type,
             )
+
+    # ------------------------------------------------------------------------------------------ active objective
+
+    @property
+    def ordergrad_stage(self) -> int:
+        """Index into `ordergrad_stages` of the stage active at `state.global_step` (0 without a schedule)."""
+        return bisect.bisect_right(self._ordergrad_stage_starts, self.state.global_step) - 1
+
+    @property
+    def ordergrad_objective(self) -> str:
+        """The active objective (of the schedule's current stage, else `args.ordergrad_objective`)."""
+        return self.ordergrad_stages[self.ordergrad_stage].objective
+
+    @property
+    def ordergrad_k(self) -> int:
+        """The active K."""
+        return self.ordergrad_stages[self.ordergrad_stage].k
+
+    @property
+    def ordergrad_weights(self) -> torch.Tensor:
+        """`(K,)` float64 rank weights of the active objective."""
+        return rank_weights(self.ordergrad_objective, self.ordergrad_k)
+
+    def _bound_estimator(self, key, group_size: int, name: str, params: dict):
+        """The estimator bound (and checked) once per key and group size; `None` where it is undefined (eval)."""
+        if (key, group_size) not in self._ordergrad_bound:
+            try:
+                bound = bind_estimator(name, num_generations=group_size, **params)
+            except ValueError:
+                if group_size == self.args.num_generations:  # checked at config time: a bug, not a small eval group
+                    raise
+                bound = None  # e.g. N <= K in evaluation: no leave-one-out baseline, advantages 0
+            self._ordergrad_bound[(key, group_size)] = bound
+        return self._ordergrad_bound[(key, group_size)]
+
+    # ------------------------------------------------------------------------------------------ advantages
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         r"""
@@ -110,8 +168,10 @@ class OrderGradTrainer(GRPOTrainer):
             `torch.Tensor`: `(num_groups, N)` advantages, same dtype and device. NaN entries are replaced by 0 and
             unscorable rollouts are forced to 0 by the caller.
 
-        The default is `K * lstat_advantage(rewards, w)` (computed in float64), and all zeros when N <= K (the
-        leave-one-out baseline needs K other rollouts).
+        The default applies `args.ordergrad_estimator` with the active stage's objective and K; for `"ordergrad"`
+        (default) that is `K * lstat_advantage(rewards, w)` (computed in float64). Where the estimator is undefined
+        for the group size (evaluation with N <= K for `"ordergrad"`), all zeros. Not called with
+        `ordergrad_reward_objectives` (see `compute_advantages_per_reward`).
 
         Example: train Max@K on a thresholded reward (solved or not), keeping unscorable rollouts as NaN:
 
@@ -122,10 +182,36 @@ class OrderGradTrainer(GRPOTrainer):
                 return super().compute_advantages(solved)
         ```
         """
-        if rewards.shape[-1] <= self.ordergrad_k:
+        stage = self.ordergrad_stage
+        params = self.args.ordergrad_estimator_params(self.ordergrad_stages[stage])
+        estimator = self._bound_estimator(stage, rewards.shape[-1], self.args.ordergrad_estimator, params)
+        if estimator is None:
             return torch.zeros_like(rewards)
-        advantages = self.ordergrad_k * lstat_advantage(rewards.double(), self.ordergrad_weights)
-        return advantages.to(rewards.dtype)
+        return estimator(rewards).to(rewards.dtype)
+
+    def compute_advantages_per_reward(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        r"""
+        Advantages with one objective per reward function (`ordergrad_reward_objectives`).
+
+        Args:
+            rewards_per_func (`torch.Tensor`):
+                `(num_groups, N, num_funcs)` float32 rewards, unweighted; NaN where a function returned `None`.
+
+        Returns:
+            `torch.Tensor`: `(num_groups, N)` advantages
+            `sum_f reward_weight_f * K_f * lstat_advantage(rewards_per_func[..., f], w_f)`, unbiased for the gradient
+            of J = sum_f reward_weight_f * J_f. A NaN from function f leaves that rollout out of f's ranking and
+            makes its term for f zero; a function whose K_f is at least N (evaluation) contributes 0.
+        """
+        weights = self.reward_weights.to(rewards_per_func.device, torch.float64)  # (num_funcs,)
+        total = torch.zeros(rewards_per_func.shape[:2], dtype=torch.float64, device=rewards_per_func.device)
+        for f, (objective, k) in enumerate(self.ordergrad_reward_specs):
+            estimator = self._bound_estimator(
+                ("reward", f), rewards_per_func.shape[1], "ordergrad", {"objective": objective, "k": k}
+            )
+            if estimator is not None:
+                total += weights[f] * estimator(rewards_per_func[..., f].double())  # (num_groups, N)
+        return total.to(rewards_per_func.dtype)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -178,21 +264,49 @@ class OrderGradTrainer(GRPOTrainer):
         rewards = rewards.masked_fill(unscorable, torch.nan)
         grouped = rewards.view(-1, group_size)  # (num_groups, N)
 
-        advantages = self.compute_advantages(grouped)
+        if self.ordergrad_reward_specs is not None:
+            per_func = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])  # (num_groups, N, num_funcs)
+            advantages = self.compute_advantages_per_reward(per_func)
+        else:
+            advantages = self.compute_advantages(grouped)
         if advantages.shape != grouped.shape:
             raise ValueError(
                 f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
             )
-        if self.scale_rewards == "group" and group_size > 1:
+        if self.args.ordergrad_estimator_scales():
+            pass  # the estimator (grpo) applied scale_rewards itself
+        elif self.scale_rewards == "group" and group_size > 1:
             advantages = advantages / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
         elif self.scale_rewards == "batch" and rewards.numel() > 1:
             advantages = advantages / (nanstd(rewards) + 1e-4)
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
 
         metrics = self._metrics[mode]
-        if group_size >= self.ordergrad_k:
-            values = lstat_value(grouped.double(), self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
-            metrics["ordergrad/objective"].append(torch.nanmean(values).item())
+        if self.ordergrad_reward_specs is not None:
+            self._log_objective_per_reward(rewards_per_func.view(-1, group_size, rewards_per_func.shape[1]), metrics)
+        else:
+            if group_size >= self.ordergrad_k:
+                values = lstat_value(grouped.double(), self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
+                metrics["ordergrad/objective"].append(torch.nanmean(values).item())
+            metrics["ordergrad/k"].append(float(self.ordergrad_k))
+            if self.args.ordergrad_schedule is not None:
+                metrics["ordergrad/schedule_stage"].append(float(self.ordergrad_stage))
         metrics["ordergrad/frac_zero_adv_groups"].append((advantages == 0).all(dim=1).float().mean().item())
         metrics["ordergrad/adv_abs_mean"].append(advantages.abs().mean().item())
         return advantages.reshape(-1)
+
+    def _log_objective_per_reward(self, per_func: torch.Tensor, metrics) -> None:
+        """`ordergrad/objective/<name>` (J_f, unweighted) per function, and their weighted sum when all are defined."""
+        group_size = per_func.shape[1]
+        total = 0.0
+        for f, ((objective, k), name) in enumerate(zip(self.ordergrad_reward_specs, self.reward_func_names)):
+            if group_size < k:
+                total = None
+                continue
+            values = lstat_value(per_func[..., f].double(), rank_weights(objective, k))  # (num_groups,)
+            value = torch.nanmean(values).item()
+            metrics[f"ordergrad/objective/{name}"].append(value)
+            if total is not None:
+                total += self.reward_weights[f].item() * value
+        if total is not None:
+            metrics["ordergrad/objective"].append(total)
