@@ -130,13 +130,15 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     )
 
     # 4. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
-    objective, k, n = training_args.ordergrad_objective, training_args.ordergrad_k, training_args.num_generations
-    counts = binary_signal_counts(objective, k, n)
-    trainer.accelerator.print(
-        f"Objective {objective} over K={k} of N={n} rollouts: with 0/1 rewards only groups with "
-        f"{counts[0] if counts else '-'} to {counts[-1] if counts else '-'} successes get a learning signal; the "
-        "others get advantage 0 (logged as ordergrad/frac_zero_adv_groups)."
-    )
+    n = training_args.num_generations
+    if training_args.ordergrad_estimator == "ordergrad" and training_args.ordergrad_reward_objectives is None:
+        for stage in training_args.ordergrad_stages():
+            counts = binary_signal_counts(stage.objective, stage.k, n)
+            trainer.accelerator.print(
+                f"From step {stage.start_step}: objective {stage.objective} over K={stage.k} of N={n} rollouts: "
+                f"with 0/1 rewards only groups with {counts[0] if counts else '-'} to {counts[-1] if counts else '-'} "
+                "successes get a learning signal; the others get advantage 0 (ordergrad/frac_zero_adv_groups)."
+            )
 
     # 5. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
     before = trainer.evaluate() if script_args.eval_before_training else {}
