@@ -1,0 +1,389 @@
+"""Stage 3: metrics with bootstrap confidence intervals, as JSON, a markdown table and a pass@k / pass^k plot.
+
+    python -m eval.report --output_dir runs/smollm2 --ks 1 2 4 8 --objectives TopM:2@4 CVaR:0.5@8
+
+Per benchmark, with n samples per problem and `c` correct (math-verify), every metric is the mean over problems
+of a per-problem unbiased estimate (see `eval.metrics`; all but maj@k are `ordergrad_trl.lstat_value` with the
+training code's rank weights):
+
+- `pass@k` (ReMax on correctness; = 1 - C(n-c,k)/C(n,k)), `pass^k` (ReMin; = C(c,k)/C(n,k)), `maj@k`,
+- on the reward (`--reward_weights`, default `correct=1`; e.g. `correct=1,format=0.2` is a shaped reward):
+  `mean_reward`, `best@k` (E[max of k]), `worst@k`, `cvar<q>@k` (LowerTailMean:q), and each `--objectives`
+  entry `Preset@K` (any `rank_weights` preset, e.g. the objective a model was trained on).
+
+95% CIs: percentile bootstrap over problems (seeded, one resample shared by all metrics). MATH-500 also gets a
+per-subject and per-level breakdown (any problem metadata field via `--breakdown`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python eval/report.py`
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+    __package__ = "eval"
+
+import torch  # noqa: E402
+
+from eval import metrics, records  # noqa: E402
+from eval.generate import PathArgs  # noqa: E402
+
+logger = logging.getLogger("eval.report")
+
+CORRECT_LABEL = "\x00correct"  # every sample math-verify scored correct votes for the gold
+
+
+@dataclass
+class ReportArgs:
+    ks: list[int] | None = field(
+        default=None, metadata={"help": "k values for the @k metrics (default: 1, 2, 4, ... up to n, and n)."}
+    )
+    reward_weights: str = field(
+        default="correct=1",
+        metadata={"help": "Reward for best@k / worst@k / CVaR / objectives: weighted sum of score fields, e.g. "
+                          "'correct=1,format=0.2' (fields: correct, format)."},
+    )
+    cvar_q: float = field(default=0.25, metadata={"help": "q of cvar<q>@k: mean of the ceil(q k) worst of k."})
+    objectives: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'."},
+    )
+    bootstrap_samples: int = field(default=1000, metadata={"help": "Bootstrap replicates for the CIs."})
+    bootstrap_seed: int = field(default=0, metadata={"help": "Seed of the bootstrap and of maj@k Monte Carlo."})
+    ci_level: float = field(default=0.95, metadata={"help": "Confidence level of the intervals."})
+    maj_exact_limit: int = field(
+        default=20_000, metadata={"help": "maj@k is exact when C(n, k) <= this, else Monte Carlo."}
+    )
+    maj_draws: int = field(default=4096, metadata={"help": "maj@k Monte Carlo subsets per problem."})
+    breakdown: list[str] = field(
+        default_factory=lambda: ["subject", "level"],
+        metadata={"help": "Problem metadata fields to break results down by (where present)."},
+    )
+    plot: bool = field(default=True, metadata={"help": "Write passk.png (needs matplotlib; skipped otherwise)."})
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+def parse_reward_weights(text: str) -> dict[str, float]:
+    out = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in ("correct", "format"):
+            raise ValueError(f"reward_weights must look like 'correct=1,format=0.2' (fields: correct, format), "
+                             f"got {text!r}")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise ValueError(f"reward_weights: {value!r} is not a number (in {text!r})") from None
+    return out
+
+
+def parse_objective(spec: str) -> tuple[str, int]:
+    """'TopM:2@4' -> ('TopM:2', 4); comma-separated weights may omit '@K'. Validated with rank_weights."""
+    from ordergrad_trl import rank_weights
+
+    obj, sep, k = spec.rpartition("@")
+    if not sep:
+        obj, k = spec, str(len(spec.split(","))) if "," in spec else ""
+    if not k.strip().isdigit():
+        raise ValueError(f"objective {spec!r} must be Preset@K, e.g. 'TopM:2@4' or 'CVaR:0.25@8'")
+    rank_weights(obj, int(k))  # raises with the list of valid presets
+    return obj, int(k)
+
+
+def default_ks(n: int) -> list[int]:
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks + ([n] if ks[-1] != n else [])
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
+    """Problems, and `(P, n)` tensors correct / reward (NaN = missing or unscorable) and answer labels."""
+    problems = records.read_jsonl(dataset_dir / "problems.jsonl")
+    scores = {(r["id"], int(r["sample"])): r for r in records.read_jsonl(dataset_dir / "scores.jsonl")}
+    samples = records.read_samples(dataset_dir)
+    # problems not generated yet (e.g. a run interrupted or a smaller --limit) are not part of the benchmark
+    sampled = {pid for pid, _ in samples}
+    skipped = sum(p["id"] not in sampled for p in problems)
+    problems = [p for p in problems if p["id"] in sampled]
+    index = {p["id"]: i for i, p in enumerate(problems)}
+    scores = {k: v for k, v in scores.items() if k[0] in index and k in samples}
+    n = 1 + max((s for _, s in scores), default=-1)
+    num_p = len(problems)
+    correct = torch.full((num_p, max(n, 1)), math.nan, dtype=torch.float64)
+    reward = correct.clone()
+    labels = torch.full((num_p, max(n, 1)), -1, dtype=torch.long)
+    per_problem_labels: list[dict[str, int]] = [{} for _ in range(num_p)]
+    tokens, truncated = [], 0
+    for (pid, s), row in scores.items():
+        i = index[pid]
+        if row["correct"] is None:
+            continue
+        correct[i, s] = row["correct"]
+        parts = [w * (row.get(f) if row.get(f) is not None else math.nan) for f, w in reward_weights.items()]
+        reward[i, s] = sum(parts)
+        key = CORRECT_LABEL if row["correct"] == 1.0 else row.get("pred")
+        if key is not None:
+            labels[i, s] = per_problem_labels[i].setdefault(key, len(per_problem_labels[i]))
+        gen = samples[(pid, s)]
+        if gen.get("num_tokens") is not None:
+            tokens.append(gen["num_tokens"])
+        truncated += gen.get("finish_reason") == "length"
+    return {
+        "problems": problems, "n": n, "correct": correct, "reward": reward, "labels": labels,
+        "num_scored": len(scores), "tokens": tokens, "truncated": truncated, "not_generated": skipped,
+        "unscored": sum(k not in scores for k in samples if k[0] in index),
+        "unscorable": len({pid for (pid, _), row in scores.items() if row["correct"] is None}),
+        "missing": len(problems) * n - sum(k[0] in index and k[1] < n for k in samples),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def per_problem_metrics(data: dict, args: ReportArgs, ks: list[int], objectives) -> dict[str, torch.Tensor]:
+    """{metric name: (P,) per-problem estimate}, in display order."""
+    c, r, lab = data["correct"], data["reward"], data["labels"]
+    out = {"mean_reward": metrics.lstat_metric(r, "Mean", 1)}
+    for k in ks:
+        out[f"pass@{k}"] = metrics.pass_at_k(c, k)
+        out[f"pass^{k}"] = metrics.pass_hat_k(c, k)
+        out[f"maj@{k}"] = metrics.maj_at_k(lab, c, k, exact_limit=args.maj_exact_limit, num_draws=args.maj_draws,
+                                           seed=args.bootstrap_seed)
+        out[f"best@{k}"] = metrics.best_of_k(r, k)
+        out[f"worst@{k}"] = metrics.worst_of_k(r, k)
+        out[f"cvar{args.cvar_q:g}@{k}"] = metrics.cvar_at_k(r, k, args.cvar_q)
+    for obj, k in objectives:
+        if k <= data["n"]:
+            out[f"{obj}@{k}"] = metrics.lstat_metric(r, obj, k)
+        else:
+            logger.warning("objective %s@%d needs K <= n = %d samples; skipped", obj, k, data["n"])
+    return out
+
+
+def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: ReportArgs) -> dict:
+    """{metric: {value, ci, num_problems}} over the problems in `rows` (all if None)."""
+    names = list(values)
+    stacked = torch.stack([values[m] for m in names])  # (M, P)
+    if rows is not None:
+        stacked = stacked[:, rows]
+    low, high = metrics.bootstrap_ci(stacked, args.bootstrap_samples, args.ci_level, args.bootstrap_seed)
+    out = {}
+    for j, name in enumerate(names):
+        value, count = metrics.problem_mean(stacked[j])
+        out[name] = {"value": value, "ci": [float(low[j]), float(high[j])], "num_problems": count}
+    return out
+
+
+def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectives) -> dict | None:
+    data = load_matrices(dataset_dir, reward_weights)
+    n = data["n"]
+    if n == 0:
+        logger.warning("%s: no scored samples; run eval.score first", dataset_dir.name)
+        return None
+    ks = sorted({k for k in (args.ks or default_ks(n))})
+    if any(k < 1 for k in ks):
+        raise ValueError(f"ks must be >= 1, got {args.ks}")
+    if [k for k in ks if k > n]:
+        logger.warning("%s: k > n = %d samples dropped: %s", dataset_dir.name, n, [k for k in ks if k > n])
+        ks = [k for k in ks if k <= n]
+    values = per_problem_metrics(data, args, ks, objectives)
+    result = {
+        "num_problems": len(data["problems"]),
+        "num_samples": n,
+        "ks": ks,
+        "unscorable_problems": data["unscorable"],
+        "missing_samples": data["missing"],
+        "problems_not_generated": data["not_generated"],
+        "samples_not_scored": data["unscored"],
+        "mean_completion_tokens": sum(data["tokens"]) / len(data["tokens"]) if data["tokens"] else None,
+        "truncated_fraction": data["truncated"] / data["num_scored"] if data["num_scored"] else None,
+        "metrics": summarize(values, None, args),
+        "breakdown": {},
+    }
+    for fld in args.breakdown:
+        groups: dict[str, list[int]] = {}
+        for i, p in enumerate(data["problems"]):
+            if p.get(fld) is not None:
+                groups.setdefault(str(p[fld]), []).append(i)
+        if groups:
+            result["breakdown"][fld] = {
+                g: {"num_problems": len(rows), "metrics": summarize(values, torch.tensor(rows), args)}
+                for g, rows in sorted(groups.items(), key=lambda kv: _natural(kv[0]))
+            }
+    return result
+
+
+def _natural(text: str):
+    return (0, float(text), "") if _is_float(text) else (1, 0.0, text)
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+def _fmt(m: dict, pct: bool) -> str:
+    if m is None or math.isnan(m["value"]):
+        return "n/a"
+    lo, hi = m["ci"]
+    if pct:
+        return f"{100 * m['value']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+    return f"{m['value']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def render_markdown(report: dict) -> str:
+    cfg, settings = report["config"], report.get("generation") or {}
+    binary_reward = parse_reward_weights(cfg["reward_weights"]) == {"correct": 1.0}
+    lines = ["# Evaluation report", ""]
+    if settings.get("model") == "reference":
+        lines.append("Samples: each problem's own reference solution (`--backend reference`). ")
+    elif settings:
+        lines.append(
+            f"Model `{settings.get('model')}`"
+            + (f" (adapter on `{settings['base']}`)" if settings.get("adapter") else "")
+            + f"; temperature {settings.get('temperature')}, top_p {settings.get('top_p')}, "
+            f"max_new_tokens {settings.get('max_new_tokens')}. "
+        )
+    lines += [
+        (
+            f"Values in % with {int(100 * cfg['ci_level'])}% bootstrap CIs over problems "
+            f"({cfg['bootstrap_samples']} replicates). Reward for best/worst/CVaR/objectives: "
+            f"`{cfg['reward_weights']}`."
+        ),
+        "",
+    ]
+    for name, ds in report["datasets"].items():
+        ks, mets = ds["ks"], ds["metrics"]
+        tokens = ds["mean_completion_tokens"]
+        lines += [
+            f"## {name}", "",
+            f"{ds['num_problems']} problems, n = {ds['num_samples']} samples each"
+            + (f", {ds['unscorable_problems']} with an unparseable gold (left out)" if ds["unscorable_problems"]
+               else "")
+            + (f", {ds['missing_samples']} samples missing" if ds["missing_samples"] else "")
+            + (f" ({ds['problems_not_generated']} more problems in problems.jsonl not generated yet)"
+               if ds["problems_not_generated"] else "")
+            + (f", {ds['samples_not_scored']} samples not scored yet (run eval.score)" if ds["samples_not_scored"]
+               else "")
+            + (f"; mean completion {tokens:.0f} tokens, {100 * ds['truncated_fraction']:.0f}% truncated"
+               if tokens is not None else "") + ".", "",
+            "| metric | " + " | ".join(f"k={k}" for k in ks) + " |",
+            "|---|" + "---|" * len(ks),
+        ]
+        rows = [("pass@k", "pass@{}", True), ("pass^k", "pass^{}", True), ("maj@k", "maj@{}", True)]
+        if not binary_reward:
+            rows += [("best@k (reward)", "best@{}", False), ("worst@k (reward)", "worst@{}", False)]
+        q = f"{cfg['cvar_q']:g}"
+        rows.append((f"CVaR{q}@k (reward)", "cvar" + q + "@{}", binary_reward))
+        for label, pattern, pct in rows:
+            lines.append(f"| {label} | " + " | ".join(_fmt(mets.get(pattern.format(k)), pct) for k in ks) + " |")
+        extra = [m for m in mets if "@" in m and not m.startswith(("pass", "maj", "best", "worst", "cvar"))]
+        if extra or not binary_reward:
+            lines += ["", "| objective (reward) | value |", "|---|---|"]
+            if not binary_reward:
+                lines.append(f"| mean reward | {_fmt(mets['mean_reward'], False)} |")
+            lines += [f"| {m} | {_fmt(mets[m], binary_reward)} |" for m in extra]
+        kmax = ks[-1]
+        for fld, groups in ds["breakdown"].items():
+            cols = ["pass@1", f"pass@{kmax}", f"pass^{kmax}", f"maj@{kmax}"]
+            cols = list(dict.fromkeys(cols))
+            lines += ["", f"| {fld} | problems | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+            for g, gd in groups.items():
+                lines.append(f"| {g} | {gd['num_problems']} | "
+                             + " | ".join(_fmt(gd["metrics"].get(c), True) for c in cols) + " |")
+        lines.append("")
+    if report.get("plot"):
+        lines += [f"![pass@k and pass^k]({Path(report['plot']).name})", ""]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> bool:
+    """pass@k (solid) and pass^k (dashed) against k per benchmark, CI bands; False if matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        warnings.warn("matplotlib is not installed (pip install 'ordergrad-trl[plot]'): no plot written",
+                      stacklevel=2)
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    all_ks = set()
+    for idx, (name, ds) in enumerate(report["datasets"].items()):
+        color = f"C{idx % 10}"
+        ks = ds["ks"]
+        all_ks.update(ks)
+        for pattern, style, marker, label in (("pass@{}", "-", "o", "pass@k"), ("pass^{}", "--", "s", "pass^k")):
+            ms = [ds["metrics"][pattern.format(k)] for k in ks]
+            ax.plot(ks, [100 * m["value"] for m in ms], style, marker=marker, markerfacecolor="none" if marker == "s"
+                    else color, color=color, label=f"{name} {label}")
+            ax.fill_between(ks, [100 * m["ci"][0] for m in ms], [100 * m["ci"][1] for m in ms], color=color,
+                            alpha=0.12, linewidth=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
+    ax.set_xlabel("k (samples)")
+    ax.set_ylabel("% of problems")
+    top = max((100 * ds["metrics"][f"pass@{k}"]["ci"][1] for ds in report["datasets"].values() for k in ds["ks"]
+               if not math.isnan(ds["metrics"][f"pass@{k}"]["ci"][1])), default=100)
+    ax.set_ylim(-1, min(101, 1.1 * top + 2))  # small models live near 0: do not squash them against 100%
+    ax.grid(alpha=0.3)
+    title = (report.get("generation") or {}).get("model") or ""
+    ax.set_title(f"pass@k (solid), pass^k (dashed): {Path(str(title)).name}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def report(args: ReportArgs, paths: PathArgs) -> dict:
+    if args.bootstrap_samples < 1 or not 0 < args.ci_level < 1:
+        raise ValueError(f"need bootstrap_samples >= 1 and 0 < ci_level < 1, got {args.bootstrap_samples}, "
+                         f"{args.ci_level}")
+    if not 0 < args.cvar_q <= 1:
+        raise ValueError(f"cvar_q must be in (0, 1], got {args.cvar_q}")
+    reward_weights = parse_reward_weights(args.reward_weights)
+    objectives = [parse_objective(o) for o in args.objectives]
+    out = Path(paths.output_dir)
+    dirs = records.dataset_dirs(out)
+    if not dirs:
+        raise FileNotFoundError(f"no <dataset>/problems.jsonl under {str(out)!r}; run eval.generate first")
+    gen_cfg = out / "generation_config.json"
+    result = {
+        "generation": json.loads(gen_cfg.read_text()) if gen_cfg.is_file() else None,
+        "config": asdict(args),
+        "datasets": {},
+    }
+    for d in dirs:
+        ds = report_dataset(d, args, reward_weights, objectives)
+        if ds is not None:
+            result["datasets"][d.name] = ds
+    if args.plot and result["datasets"] and plot(result, out / "passk.png"):
+        result["plot"] = str(out / "passk.png")
+    records.write_json_atomic(out / "report.json", result)
+    (out / "report.md").write_text(render_markdown(result), encoding="utf-8")
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from trl import TrlParser
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    report_args, paths = TrlParser((ReportArgs, PathArgs)).parse_args_and_config(argv)
+    result = report(report_args, paths)
+    print((Path(paths.output_dir) / "report.md").read_text())
+    return result
+
+
+if __name__ == "__main__":
+    main()
