@@ -14,22 +14,7 @@ import pytest
 # tests/ is not a package; make its helper modules (tiny_model, ...) importable under any pytest import mode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_model import build_tiny_model  # noqa: E402
-
-# Trainer settings every CPU test needs: TRL defaults to bf16 and gradient checkpointing, and would report to
-# any installed tracker. Tests pass these explicitly; the library never flips them.
-CPU_TRAINING_ARGS = dict(
-    bf16=False,
-    use_cpu=True,
-    report_to="none",
-    gradient_checkpointing=False,
-    save_strategy="no",
-    logging_steps=1,
-    disable_tqdm=True,
-    dataloader_num_workers=0,
-    seed=0,
-)
-
+from tiny_model import CPU_TRAINING_ARGS, build_tiny_model  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):

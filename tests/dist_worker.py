@@ -20,6 +20,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
+from tiny_model import CPU_TRAINING_ARGS  # this file runs as a script: tests/ is on sys.path
 
 PER_DEVICE, GROUP, K = 6, 4, 3
 WEIGHTS = [0.2, 0.3, 0.5]
@@ -76,14 +77,7 @@ def main(model_dir: str, out_dir: str) -> None:
         max_completion_length=6,
         max_steps=2,
         learning_rate=0.1,
-        bf16=False,
-        use_cpu=True,
-        report_to="none",
-        gradient_checkpointing=False,
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
+        **CPU_TRAINING_ARGS,
     )
     dataset = Dataset.from_dict({"prompt": [f"Question {i}: what is {i} plus {i + 1}?" for i in range(12)]})
     trainer = Recorder(

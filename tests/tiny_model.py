@@ -9,6 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Trainer settings every CPU test needs: TRL defaults to bf16 and gradient checkpointing, and would report to
+# any installed tracker. Tests pass these explicitly; the library never flips them.
+CPU_TRAINING_ARGS = dict(
+    bf16=False,
+    use_cpu=True,
+    report_to="none",
+    gradient_checkpointing=False,
+    save_strategy="no",
+    logging_steps=1,
+    disable_tqdm=True,
+    dataloader_num_workers=0,
+    seed=0,
+)
+
 EOS, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 
 # Qwen2-style ChatML; `add_generation_prompt` opens the assistant turn.
