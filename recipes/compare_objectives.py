@@ -6,7 +6,7 @@ quickstart config (same data order, sampling temperature, learning rate, steps a
 differs), then `eval/` scores the trained model and the untouched base model on the same held-out problems:
 pass@1, pass@8 and pass^4 with 95% bootstrap CIs over problems.
 
-    python recipes/compare_objectives.py                                   # ~45 minutes on 2 CPU cores
+    python recipes/compare_objectives.py                                   # ~40 minutes on 2 CPU cores
     python recipes/compare_objectives.py --max_steps 1 --eval_problems 2   # smoke run
 
 Arms (all with the quickstart's luspo loss, so the policy-gradient estimator is the only difference):
@@ -44,6 +44,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="outputs/compare_objectives")
     parser.add_argument("--max_steps", type=int, default=12)
+    parser.add_argument("--learning_rate", type=float, default=1e-5)
     parser.add_argument("--eval_problems", type=int, default=32)
     parser.add_argument("--num_samples", type=int, default=8)
     parser.add_argument("--seed", type=int, default=42)
@@ -63,6 +64,7 @@ def main():
             cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
                    "--mixed_precision", "no", "--dynamo_backend", "no", "recipes/math_cvar.py", "--config", str(CONFIG),
                    "--output_dir", str(model_dir), "--max_steps", str(args.max_steps), "--seed", str(args.seed),
+                   "--learning_rate", str(args.learning_rate),
                    "--eval_before_training", "false", "--max_eval_samples", "2", *overrides]  # fmt: skip
             run(cmd, out / arm / "train.log")
         models[arm] = str(model_dir)
