@@ -8,9 +8,11 @@
 """
 Math RL post-training with an order-statistic objective (lower tail / CVaR by default), scored by math-verify.
 
-Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in arithmetic set, about 10 minutes):
+Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in arithmetic set, under 10 minutes on 2 cores):
 
-    accelerate launch recipes/math_cvar.py
+    accelerate launch --cpu --num_processes 1 recipes/math_cvar.py
+
+(`--cpu --num_processes 1` lets accelerate give the process every physical core; without them it pins it to one thread.)
 
 That is `--config recipes/configs/cpu_quickstart.yaml`. On GPUs (vLLM colocate: every GPU trains and generates):
 
