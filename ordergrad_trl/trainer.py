@@ -263,9 +263,9 @@ class OrderGradTrainer(GRPOTrainer):
         rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards = rewards.masked_fill(unscorable, torch.nan)
         grouped = rewards.view(-1, group_size)  # (num_groups, N)
+        per_func = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])  # (num_groups, N, num_funcs)
 
         if self.ordergrad_reward_specs is not None:
-            per_func = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])  # (num_groups, N, num_funcs)
             advantages = self.compute_advantages_per_reward(per_func)
         else:
             advantages = self.compute_advantages(grouped)
@@ -273,17 +273,17 @@ class OrderGradTrainer(GRPOTrainer):
             raise ValueError(
                 f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
             )
-        if self.args.ordergrad_estimator_scales():
-            pass  # the estimator (grpo) applied scale_rewards itself
-        elif self.scale_rewards == "group" and group_size > 1:
+        # an estimator that takes `scale` (grpo) has applied scale_rewards itself
+        scale = "none" if self.args.ordergrad_estimator_scales() else self.scale_rewards
+        if scale == "group" and group_size > 1:
             advantages = advantages / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
-        elif self.scale_rewards == "batch" and rewards.numel() > 1:
+        elif scale == "batch" and rewards.numel() > 1:
             advantages = advantages / (nanstd(rewards) + 1e-4)
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
 
         metrics = self._metrics[mode]
         if self.ordergrad_reward_specs is not None:
-            self._log_objective_per_reward(rewards_per_func.view(-1, group_size, rewards_per_func.shape[1]), metrics)
+            self._log_objective_per_reward(per_func, metrics)
         else:
             if group_size >= self.ordergrad_k:
                 values = lstat_value(grouped.double(), self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
