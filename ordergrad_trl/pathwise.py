@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .advantage import _out_dtype, _prepare, _ragged_table, _table
+from .advantage import _check, _out_dtype, _padded, _ragged, _sort
 
 __all__ = ["lstat_value_grad", "lstat_value_differentiable"]
 
@@ -31,12 +31,13 @@ __all__ = ["lstat_value_grad", "lstat_value_differentiable"]
 def _sorted_tie_weights(rewards, weights):
     """Sort once: sorted `(G, N)`, order `(G, N)`, tie-averaged value weights in sorted order `(G, N)`, valid counts
     `(G,)` (None without NaN) and K."""
-    xs, order, w, valid = _prepare(rewards, weights, need_more_than_k=False)
+    r, w = _check(rewards, weights, need_more_than_k=False)
+    xs, order, valid = _sort(r)
     n = xs.shape[-1]
     if valid is None:
-        coef = _table(n, w, xs.device, xs.dtype)[0].expand_as(xs)  # (G, N)
+        coef = _padded(n, n, w, xs.device, xs.dtype)[0, :n].expand_as(xs)  # (G, N)
     else:
-        coef = _ragged_table(n, w, xs.device, xs.dtype)[valid, 0]  # (G, N), 0 past the last valid reward
+        coef = _ragged(valid, n, w, xs.dtype)[:, 0, :n]  # (G, N), 0 past the last valid reward
     # runs of equal sorted values: a new run starts wherever the value changes (NaN != NaN keeps NaNs apart)
     starts = torch.ones_like(xs, dtype=torch.bool)
     starts[:, 1:] = xs[:, 1:] != xs[:, :-1]
