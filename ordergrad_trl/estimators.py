@@ -14,7 +14,8 @@ Conventions shared by all of them:
 - **NaN marks an unscorable rollout:** its advantage is 0 and it is left out of its group's statistics, so the rest
   of the group is treated as a group of its own size n (per-estimator minimum n below; smaller groups get all 0).
   `+-inf` raises `ValueError`.
-- Computed in float64, returned in the rewards' floating dtype (float64 for integer rewards).
+- Computed in float64 (on the CPU for devices without float64, such as Apple MPS), returned on the rewards' device
+  in their floating dtype (float64 for integer rewards, float32 on devices without float64).
 
 | name        | A_i (group of n valid rewards)                          | unbiased for            | centered | rewards |
 |-------------|---------------------------------------------------------|-------------------------|----------|---------|
@@ -43,7 +44,7 @@ from collections.abc import Callable
 
 import torch
 
-from .advantage import lstat_advantage
+from .advantage import _float64_device, _order_statistic_pmf, _out_dtype, lstat_advantage
 from .objectives import rank_weights
 
 __all__ = [
@@ -61,16 +62,17 @@ __all__ = [
 ]
 
 
-def _prepare(rewards, name: str) -> tuple[torch.Tensor, torch.dtype]:
-    """float64 `(..., N)` copy of the rewards and the dtype to return; raises on a scalar or +-inf."""
+def _prepare(rewards, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 `(..., N)` copy of the rewards, and an empty tensor with the device and dtype to return (for
+    `.to(out.dtype).to(out.device)`, cast first: MPS cannot hold float64); raises on a scalar or +-inf."""
     if not isinstance(rewards, torch.Tensor):
         rewards = torch.as_tensor(rewards)
     if rewards.dim() == 0:
         raise ValueError(f"{name}: rewards must have shape (G, N) with each group on the last axis, got a scalar")
     if rewards.is_complex() or rewards.dtype == torch.bool:
         raise ValueError(f"{name}: rewards must be real numbers, got dtype {rewards.dtype}")
-    out = rewards.dtype if rewards.is_floating_point() else torch.float64
-    r = rewards.to(torch.float64)
+    out = torch.empty(0, dtype=_out_dtype(rewards), device=rewards.device)
+    r = rewards.to(_float64_device(rewards)).to(torch.float64)
     if bool(torch.isinf(r).any()):
         raise ValueError(f"{name}: rewards of shape {tuple(r.shape)} contain +-inf; use NaN to mark unscorable")
     return r, out
@@ -91,7 +93,8 @@ def ordergrad(rewards: torch.Tensor, *, objective: str = "TopM:2", k: int = 4) -
     group with n <= K valid rewards gets all 0 (see `ordergrad_trl.advantage`).
     """
     r, out = _prepare(rewards, "ordergrad")
-    return (k * lstat_advantage(r, rank_weights(objective, _check_k(k, "ordergrad")))).to(out)
+    adv = k * lstat_advantage(r, rank_weights(objective, _check_k(k, "ordergrad")))
+    return adv.to(out.dtype).to(out.device)
 
 
 _GRPO_SCALES = ("group", "batch", "none")
@@ -123,7 +126,7 @@ def grpo(rewards: torch.Tensor, *, scale: str = "group") -> torch.Tensor:
         adv = adv / (_nanstd(r, dim=-1, keepdim=True) + 1e-4)
     elif scale == "batch":
         adv = adv / (_nanstd(r) + 1e-4)
-    return torch.nan_to_num(adv, nan=0.0).to(out)  # NaN: unscorable, or a std of one reward
+    return torch.nan_to_num(adv, nan=0.0).to(out.dtype).to(out.device)  # NaN: unscorable, or a std of one reward
 
 
 def rloo(rewards: torch.Tensor) -> torch.Tensor:
@@ -139,7 +142,7 @@ def rloo(rewards: torch.Tensor) -> torch.Tensor:
     total = torch.nansum(r, dim=-1, keepdim=True)
     # r_i - (total - r_i)/(n-1) = (n r_i - total)/(n-1)
     adv = (n * r - total) / (n - 1).clamp(min=1)
-    return torch.where(valid & (n > 1), adv, 0.0).to(out)
+    return torch.where(valid & (n > 1), adv, 0.0).to(out.dtype).to(out.device)
 
 
 def maxk_tang(rewards: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
@@ -161,23 +164,29 @@ def maxk_tang(rewards: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
         raise ValueError(f"maxk_tang: group size N={n} must be a multiple of k={k} (disjoint chunks of k rollouts)")
     chunks = r.reshape(*r.shape[:-1], n // k, k)  # (..., N/k, k)
     if k == 1:  # a one-rollout group has no leave-one-out baseline
-        return torch.zeros_like(r).to(out)
+        return torch.zeros_like(r).to(out.dtype).to(out.device)
     top2 = torch.nan_to_num(chunks, nan=-math.inf).topk(2, dim=-1).values  # (..., N/k, 2), NaN as -inf
     best, second = top2[..., :1], top2[..., 1:]
     is_best = (chunks == best) & (best > second)  # a unique best with a valid runner-up (second > -inf)
     adv = torch.where(is_best & (second > -math.inf), k * (best - second), 0.0)
-    return adv.reshape(r.shape).to(out)
+    return adv.reshape(r.shape).to(out.dtype).to(out.device)
 
 
 @functools.lru_cache(maxsize=64)
 def _passk_table(n_max: int, k: int) -> torch.Tensor:
-    """`(n_max+1, n_max+1, 2)`: for n valid, c correct: [C(n-c, k)/C(n, k), C(n-c-1, k-1)/C(n-1, k-1)], 0 if n < k."""
-    table = torch.zeros(n_max + 1, n_max + 1, 2, dtype=torch.float64)
-    for n in range(k, n_max + 1):
-        for c in range(n + 1):
-            table[n, c, 0] = math.comb(n - c, k) / math.comb(n, k)
-            if c < n:
-                table[n, c, 1] = math.comb(n - c - 1, k - 1) / math.comb(n - 1, k - 1)
+    """`(n_max+1, n_max+1, 2)`: for n valid, c correct: [C(n-c, k)/C(n, k), C(n-c-1, k-1)/C(n-1, k-1)], 0 if n < k.
+
+    Both are products over i < c of (n-k-i)/(n-i) and (n-k-i)/(n-1-i) (the chance that c draws without replacement
+    all miss a k-subset): float64 cumulative products of exactly represented ratios, each in [0, 1], so no overflow
+    at any n and underflow only below 1e-308."""
+    n = torch.arange(n_max + 1, dtype=torch.float64)[:, None]  # (n_max+1, 1)
+    i = torch.arange(n_max, dtype=torch.float64)[None, :]  # (1, n_max): factor i enters from c = i+1 on
+    free = (n - k - i).clamp(min=0)  # hits 0 once c > n-k: C(n-c, k) = 0
+    table = torch.ones(n_max + 1, n_max + 1, 2, dtype=torch.float64)
+    table[:, 1:, 0] = (free / (n - i).clamp(min=1)).cumprod(1)
+    table[:, 1:, 1] = (free / (n - 1 - i).clamp(min=1)).cumprod(1)
+    table[:k] = 0.0  # rows n < k
+    table[:, :, 1] *= torch.arange(n_max + 1)[:, None] > torch.arange(n_max + 1)[None, :]  # c = n: no term
     return table
 
 
@@ -212,22 +221,20 @@ def passk_chen(rewards: torch.Tensor, *, k: int = 4) -> torch.Tensor:
     pos = (1.0 - pass_k) / sigma
     neg = (1.0 - pass_k - ratios[..., 1]) / sigma
     adv = torch.where(r == 1, pos[..., None], neg[..., None])
-    return torch.where(valid & (n >= k)[..., None], adv, 0.0).to(out)
+    return torch.where(valid & (n >= k)[..., None], adv, 0.0).to(out.dtype).to(out.device)
 
 
 @functools.lru_cache(maxsize=64)
 def _pkpo_table(n_max: int, k: int) -> torch.Tensor:
     """`(n_max+1, n_max-1)`: row n holds k P(max S' <= x_(s)) for s = 1..n-1, S' a uniform (k-1)-subset of n-1.
 
-    P(max S' = x_(m)) = C(m-1, k-2) / C(n-1, k-1) for the m-th smallest of the others; rows n < k are zero.
+    P(max S' = x_(m)) = C(m-1, k-2) / C(n-1, k-1) for the m-th smallest of the others, the distribution of the
+    (k-1)-th order statistic (`_order_statistic_pmf`); rows n < k are zero.
     """
     table = torch.zeros(n_max + 1, max(n_max - 1, 0), dtype=torch.float64)
-    for n in range(k, n_max + 1):
-        total = math.comb(n - 1, k - 1)
-        cum = 0
-        for s in range(1, n):
-            cum += math.comb(s - 1, k - 2)
-            table[n, s - 1] = k * cum / total
+    for n in range(k, n_max + 1):  # the row's pmf starts at m = k-1: no (k-1)-subset has a smaller max
+        pmf = _order_statistic_pmf(n - 1, k - 1, torch.tensor([k - 1]))[0]  # (n-k+1,): m = k-1 .. n-1
+        table[n, k - 2 : n - 1] = k * pmf.cumsum(0)
     return table
 
 
@@ -261,7 +268,7 @@ def pkpo(rewards: torch.Tensor, *, k: int = 4) -> torch.Tensor:
     # x_(t) - x_(m) is a sum of gaps, so A_(t) = sum_{s<t} gap_s * k P(max S' <= x_(s)); tied rewards share it exactly
     adv = torch.nn.functional.pad(torch.cumsum(gaps * coef, dim=-1), (1, 0))  # (G, N)
     adv = torch.where(torch.arange(n, device=r.device) < valid[:, None], adv, 0.0)
-    return torch.empty_like(adv).scatter_(-1, order, adv).reshape(r.shape).to(out)
+    return torch.empty_like(adv).scatter_(-1, order, adv).reshape(r.shape).to(out.dtype).to(out.device)
 
 
 def rs_grpo(rewards: torch.Tensor, *, beta: float = 2.0) -> torch.Tensor:
@@ -289,7 +296,7 @@ def rs_grpo(rewards: torch.Tensor, *, beta: float = 2.0) -> torch.Tensor:
         d = r - pivot
         log_mean = torch.log1p(torch.nansum(torch.expm1(beta * d), dim=-1, keepdim=True) / n.clamp(min=1))
         adv = torch.expm1(beta * d - log_mean) / beta  # beta (r_i - soft) = beta d_i - log mean_j exp(beta d_j)
-    return torch.where(valid & (n > 1), adv, 0.0).to(out)
+    return torch.where(valid & (n > 1), adv, 0.0).to(out.dtype).to(out.device)
 
 
 ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
