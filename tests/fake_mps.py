@@ -17,7 +17,7 @@ class FakeMPS(torch.Tensor):
         kwargs = kwargs or {}
         if func in (torch.Tensor.cpu, torch.Tensor.to) and _to_cpu(func, args, kwargs):
             with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
+                return func(*args, **kwargs).as_subclass(torch.Tensor)  # `.to` may return self: unwrap
         out = super().__torch_function__(func, types, args, kwargs)
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor) and t.dtype == torch.float64:

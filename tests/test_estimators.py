@@ -476,3 +476,38 @@ def test_cuda_matches_cpu(name):
     cpu = get_estimator(name)(r, **DEFAULT_PARAMS[name])
     gpu = get_estimator(name)(r.cuda(), **DEFAULT_PARAMS[name])
     assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_max,k", [(256, 128), (300, 7)])
+def test_pass_at_k_and_pkpo_tables_at_user_sizes_match_exact_ratios(n_max, k):
+    from fractions import Fraction
+
+    from ordergrad_trl.estimators import _passk_table, _pkpo_table
+
+    passk, pk = _passk_table(n_max, k), _pkpo_table(n_max, k)
+    for n in (k, k + 1, n_max // 2, n_max - 1, n_max):
+        for c in sorted({0, 1, n // 3, n - k, n - k + 1, n - 1, n} & set(range(n + 1))):
+            e0 = Fraction(math.comb(n - c, k), math.comb(n, k))
+            e1 = Fraction(math.comb(n - c - 1, k - 1), math.comb(n - 1, k - 1)) if c < n else 0
+            assert passk[n, c, 0].item() == pytest.approx(float(e0), rel=1e-12, abs=1e-300), (n, c)
+            assert passk[n, c, 1].item() == pytest.approx(float(e1), rel=1e-12, abs=1e-300), (n, c)
+        total = math.comb(n - 1, k - 1)
+        for s in sorted({1, k - 1, k, n // 2, n - 1} & set(range(1, n))):
+            cdf = Fraction(k * sum(math.comb(m - 1, k - 2) for m in range(1, s + 1)), total)
+            assert pk[n, s - 1].item() == pytest.approx(float(cdf), rel=1e-12, abs=1e-300), (n, s)
+    assert (passk[:k] == 0).all() and (pk[:k] == 0).all()
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_devices_without_float64_compute_on_the_cpu(monkeypatch, name):
+    """Simulated MPS (no float64): float64 math moves to the CPU and the result comes back as float32."""
+    from fake_mps import fake_mps, no_float64
+
+    no_float64(monkeypatch)
+    r = reward_batch(binary=name == "passk_chen", seed=4)
+    expected = get_estimator(name)(r, **DEFAULT_PARAMS[name])
+    got = get_estimator(name)(fake_mps(r.float()), **DEFAULT_PARAMS[name])
+    assert got.dtype == torch.float32 and torch.allclose(got.double(), expected, atol=1e-5)
+    if name != "passk_chen":
+        assert get_estimator(name)(fake_mps(torch.ones(2, 6, dtype=torch.int32)), **DEFAULT_PARAMS[name]).dtype \
+            == torch.float32

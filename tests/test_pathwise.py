@@ -120,3 +120,16 @@ def test_cuda_matches_cpu():
     lstat_value_differentiable(x, w).nansum().backward()
     assert torch.allclose(x.grad.cpu(), lstat_value_grad(r, w), atol=1e-12)
     assert torch.allclose(lstat_value_grad(r.cuda(), w).cpu(), lstat_value_grad(r, w), atol=1e-12)
+
+
+def test_devices_without_float64_compute_in_float32(monkeypatch):
+    from fake_mps import FakeMPS, fake_mps, no_float64
+
+    no_float64(monkeypatch)
+    w = rank_weights("TopM:2", 3)
+    r = torch.randn(4, 7, dtype=torch.float64)
+    r[0, :3] = 0.5
+    r[1, 2] = math.nan
+    grad = lstat_value_grad(fake_mps(r.float()), w)
+    assert isinstance(grad, FakeMPS) and grad.dtype == torch.float32
+    assert torch.allclose(grad.as_subclass(torch.Tensor).double(), lstat_value_grad(r.float().double(), w), atol=1e-6)
