@@ -20,7 +20,7 @@ from packaging.version import Version
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from .advantage import lstat_value
+from .advantage import _float64_device, lstat_value
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
 from .schedule import ObjectiveStage
 from .estimators import bind_estimator
@@ -203,15 +203,16 @@ class OrderGradTrainer(GRPOTrainer):
             of J = sum_f reward_weight_f * J_f. A NaN from function f leaves that rollout out of f's ranking and
             makes its term for f zero; a function whose K_f is at least N (evaluation) contributes 0.
         """
-        weights = self.reward_weights.to(rewards_per_func.device, torch.float64)  # (num_funcs,)
-        total = torch.zeros(rewards_per_func.shape[:2], dtype=torch.float64, device=rewards_per_func.device)
+        device = _float64_device(rewards_per_func)  # the CPU where there is no float64 (MPS)
+        weights = self.reward_weights.to(device).to(torch.float64)  # (num_funcs,)
+        total = torch.zeros(rewards_per_func.shape[:2], dtype=torch.float64, device=device)
         for f, (objective, k) in enumerate(self.ordergrad_reward_specs):
             estimator = self._bound_estimator(
                 ("reward", f), rewards_per_func.shape[1], "ordergrad", {"objective": objective, "k": k}
             )
             if estimator is not None:
-                total += weights[f] * estimator(rewards_per_func[..., f].double())  # (num_groups, N)
-        return total.to(rewards_per_func.dtype)
+                total += weights[f] * estimator(rewards_per_func[..., f].to(device).double())  # (num_groups, N)
+        return total.to(rewards_per_func.dtype).to(rewards_per_func.device)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -286,7 +287,8 @@ class OrderGradTrainer(GRPOTrainer):
             self._log_objective_per_reward(per_func, metrics)
         else:
             if group_size >= self.ordergrad_k:
-                values = lstat_value(grouped.double(), self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
+                exact = grouped.to(_float64_device(grouped)).double()  # MPS has no float64: the CPU there
+                values = lstat_value(exact, self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
                 metrics["ordergrad/objective"].append(torch.nanmean(values).item())
             metrics["ordergrad/k"].append(float(self.ordergrad_k))
             if self.args.ordergrad_schedule is not None:
@@ -303,7 +305,8 @@ class OrderGradTrainer(GRPOTrainer):
             if group_size < k:
                 total = None
                 continue
-            values = lstat_value(per_func[..., f].double(), rank_weights(objective, k))  # (num_groups,)
+            exact = per_func[..., f].to(_float64_device(per_func)).double()  # the CPU where there is no float64
+            values = lstat_value(exact, rank_weights(objective, k))  # (num_groups,)
             value = torch.nanmean(values).item()
             metrics[f"ordergrad/objective/{name}"].append(value)
             if total is not None:
