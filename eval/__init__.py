@@ -1,4 +1,5 @@
 """Evaluation of math models for order-statistic objectives: generate -> score -> report.
 
-Run from the repository root as `python -m eval.run ...` (or `python eval/run.py ...`); see eval/README.md.
+Installed with the project (`pip install -e .`), so `python -m eval.run ...` works from any directory; see
+eval/README.md.
 """

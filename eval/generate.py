@@ -17,12 +17,11 @@ from its first sample, so a rerun with the same batch size reproduces the same s
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib.util
 import json
 import logging
-import os
-import subprocess
 import sys
 import time
 import zlib
@@ -33,8 +32,10 @@ if __package__ in (None, ""):  # run as `python eval/generate.py`: import the si
     sys.path[0] = str(Path(__file__).resolve().parents[1])
     __package__ = "eval"
 
-from eval import records  # noqa: E402
-from eval.modeling import load_model_and_tokenizer, load_tokenizer, materialize_for_vllm, resolve_model  # noqa: E402
+from eval import parallel, records  # noqa: E402
+from eval.backends import HFBackend, VLLMBackend, prompt_ids  # noqa: E402
+from eval.cli import UsageError, cli, progress, run_dir  # noqa: E402
+from eval.modeling import load_tokenizer, materialize_for_vllm, resolve_model  # noqa: E402
 
 logger = logging.getLogger("eval.generate")
 
@@ -45,8 +46,14 @@ _DIST_FIELDS = ("model", "base", "adapter", "temperature", "top_p", "top_k", "ma
 
 @dataclass
 class PathArgs:
+    """Arguments every stage takes."""
+
     output_dir: str = field(
-        default="eval_out", metadata={"help": "Directory of the run (generations, scores, report)."}
+        default="eval_out",
+        metadata={"help": "Directory of the run (generations, scores, report); relative to the current directory."},
+    )
+    disable_tqdm: bool = field(
+        default=False, metadata={"help": "No progress bars (they are also off when stderr is not a terminal)."}
     )
 
 
@@ -78,21 +85,26 @@ class GenerateArgs:
     top_k: int = field(default=0, metadata={"help": "Top-k sampling (0 = off)."})
     max_new_tokens: int = field(default=1024, metadata={"help": "Maximum completion length in tokens."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    system_prompt: str | None = field(default=None, metadata={"help": "Optional system message."})
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "Optional system message (with --use_chat_template false: a plain-text "
+                                        "prefix, a blank line before the user message)."}
+    )
     user_template: str | None = field(
         default=None, metadata={"help": "User message with a {question} placeholder (default: the training one)."}
     )
     use_chat_template: bool = field(
-        default=True, metadata={"help": "Format prompts with the tokenizer's chat template (else the user message "
-                                        "text alone)."}
+        default=True, metadata={"help": "Format prompts with the tokenizer's chat template (an error if it has "
+                                        "none); false: plain text, the system prompt (if any) then the user message."}
     )
     backend: str = field(default="auto", metadata={"help": "auto (vllm if installed with a GPU, else hf), hf, "
-                                                           "vllm, or reference."})
+                                                           "vllm, or reference (no model: each problem's reference "
+                                                           "solution, else its gold answer in \\boxed{})."})
     batch_size: int = field(default=32, metadata={"help": "hf backend: sequences per generate call."})
     dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on GPU, float32 on CPU), float32, "
                                                          "bfloat16, float16."})
     data_parallel_size: int | None = field(
-        default=None, metadata={"help": "Worker processes (default: GPUs / tensor_parallel_size, at least 1)."}
+        default=None, metadata={"help": "Worker processes, each on its own tensor_parallel_size visible GPUs "
+                                        "(default: visible GPUs / tensor_parallel_size, at least 1)."}
     )
     tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per worker."})
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vllm: fraction of GPU memory to use."})
@@ -102,7 +114,7 @@ class GenerateArgs:
 
 def _validate(args: GenerateArgs) -> None:
     if args.backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {args.backend!r}")
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
     checks = [
         ("num_samples", args.num_samples >= 1, ">= 1"),
         ("max_new_tokens", args.max_new_tokens >= 1, ">= 1"),
@@ -113,31 +125,25 @@ def _validate(args: GenerateArgs) -> None:
         ("limit", args.limit is None or args.limit >= 1, ">= 1"),
         ("tensor_parallel_size", args.tensor_parallel_size >= 1, ">= 1"),
         ("data_parallel_size", args.data_parallel_size is None or args.data_parallel_size >= 1, ">= 1"),
+        ("vllm_chunk", args.vllm_chunk >= 1, ">= 1"),
     ]
     for name, ok, rule in checks:
         if not ok:
-            raise ValueError(f"{name} must be {rule}, got {getattr(args, name)!r}")
+            raise UsageError(f"--{name} must be {rule}, got {getattr(args, name)!r}")
     if not args.datasets:
-        raise ValueError("datasets must name at least one benchmark")
+        raise UsageError("--datasets must name at least one benchmark")
     if args.user_template is not None and "{question}" not in args.user_template:
-        raise ValueError(f"user_template must contain '{{question}}', got {args.user_template!r}")
-
-
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # a broken CUDA setup must not stop CPU evaluation
-        return 0
+        raise UsageError(f"--user_template must contain '{{question}}', got {args.user_template!r}")
+    for name in args.datasets:
+        dataset_key(name)
 
 
 def resolve_backend(backend: str) -> str:
     if backend != "auto":
         if backend == "vllm" and importlib.util.find_spec("vllm") is None:
-            raise ValueError("backend='vllm' but vllm is not installed (pip install vllm), or use --backend hf")
+            raise UsageError("--backend vllm, but vllm is not installed (pip install vllm); or use --backend hf")
         return backend
-    return "vllm" if importlib.util.find_spec("vllm") is not None and _gpu_count() > 0 else "hf"
+    return "vllm" if importlib.util.find_spec("vllm") is not None and parallel.gpu_count() > 0 else "hf"
 
 
 def dataset_key(name: str) -> str:
@@ -145,15 +151,27 @@ def dataset_key(name: str) -> str:
     from ordergrad_trl.data import get_math_set
 
     path = Path(name).expanduser()
-    if path.suffix in (".jsonl", ".json", ".parquet") or path.is_file():
+    if path.suffix in (".jsonl", ".json", ".parquet"):
+        if not path.is_file():
+            raise UsageError(f"--datasets {name}: file not found (relative to {Path.cwd()})")
         return path.stem
-    return get_math_set(name).name
+    if path.is_file():
+        return path.stem
+    try:
+        return get_math_set(name).name
+    except ValueError as err:
+        raise UsageError(f"--datasets {name}: {err}") from None
 
 
 def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) -> list[dict]:
-    """Problems of one benchmark as plain dicts (prompt messages, gold answer, id, metadata)."""
-    from ordergrad_trl.data import DEFAULT_USER_TEMPLATE, load_math_dataset
+    """Problems of one benchmark as plain dicts (prompt messages, gold answer, id, metadata).
 
+    `keep_solution`: add `solution`, the set's worked reference solution or, for sets without one (AIME, AMC,
+    OlympiadBench, custom files), the gold answer in `\\boxed{}`: what `--backend reference` writes.
+    """
+    from ordergrad_trl.data import DEFAULT_USER_TEMPLATE, REFERENCE_SOLUTION_SETS, load_math_dataset
+
+    worked = keep_solution and dataset_key(name) in REFERENCE_SOLUTION_SETS
     ds = load_math_dataset(
         name,
         args.split,
@@ -161,7 +179,7 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
         data_dir=args.data_dir,
         system_prompt=args.system_prompt,
         user_template=args.user_template or DEFAULT_USER_TEMPLATE,
-        keep_solution=keep_solution,
+        keep_solution=worked,
     )
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
@@ -169,6 +187,9 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
     ids = [r["id"] for r in rows]
     if len(set(ids)) != len(ids):
         raise ValueError(f"dataset {name!r} has duplicate problem ids; results are keyed by id")
+    if keep_solution and not worked:
+        for r in rows:
+            r["solution"] = f"The final answer is $\\boxed{{{r['answer']}}}$."
     return rows
 
 
@@ -198,132 +219,41 @@ def _sample_seed(seed: int, key: str, pid: str, sample: int) -> int:
     return zlib.crc32(f"{seed}:{key}:{pid}:{sample}".encode()) & 0x7FFFFFFF
 
 
-# ------------------------------------------------------------------------------------------------- backends
-class HFBackend:
-    """Batched `transformers` generate; rows are ChatML-templated token ids, left-padded."""
-
-    def __init__(self, source, args: GenerateArgs):
-        from transformers import GenerationConfig
-
-        self.model, self.tok = load_model_and_tokenizer(source, args.dtype)
-        eos = self.model.generation_config.eos_token_id
-        eos = list(eos) if isinstance(eos, (list, tuple)) else ([eos] if eos is not None else [])
-        if self.tok.eos_token_id is not None and self.tok.eos_token_id not in eos:
-            eos.append(self.tok.eos_token_id)
-        self.eos = set(eos)
-        sampling = args.temperature > 0
-        # A fresh config: model-specific defaults (top_k=50, repetition penalty, ...) must not leak into the
-        # distribution, so both backends sample from exactly temperature/top_p/top_k.
-        self.gen_config = GenerationConfig(
-            do_sample=sampling,
-            temperature=args.temperature if sampling else None,
-            top_p=args.top_p if sampling else None,
-            top_k=args.top_k if sampling else None,
-            repetition_penalty=1.0,
-            max_new_tokens=args.max_new_tokens,
-            eos_token_id=eos,
-            pad_token_id=self.tok.pad_token_id,
-        )
-        self.model.generation_config = self.gen_config
-        self.batch_size = args.batch_size
-
-    def generate(self, prompt_ids: list[list[int]], seeds: list[int]):
-        """Yields (start index, [(text, num_tokens, finish_reason), ...]) per batch."""
-        import torch
-
-        device = self.model.device
-        for start in range(0, len(prompt_ids), self.batch_size):
-            batch = prompt_ids[start : start + self.batch_size]
-            enc = self.tok.pad({"input_ids": batch}, return_tensors="pt", padding=True).to(device)
-            torch.manual_seed(seeds[start])
-            with torch.inference_mode():
-                out = self.model.generate(**enc, generation_config=self.gen_config)
-            gen = out[:, enc["input_ids"].shape[1] :].tolist()  # (B, T)
-            results = []
-            for row in gen:
-                stop = next((i for i, t in enumerate(row) if t in self.eos), None)
-                count = len(row) if stop is None else stop + 1  # the stop token counts, padding after it not
-                text = self.tok.decode(row[:count], skip_special_tokens=True)
-                results.append((text, count, "length" if stop is None else "stop"))
-            yield start, results
-
-
-class VLLMBackend:
-    """vLLM offline inference; every request carries its own seed, so samples do not depend on batching."""
-
-    def __init__(self, source, args: GenerateArgs, output_dir: Path):
-        from vllm import LLM
-
-        path = materialize_for_vllm(source, output_dir)
-        self.tok = load_tokenizer(source)
-        self.llm = LLM(
-            model=path,
-            tokenizer=source.tokenizer if source.adapter is None else path,
-            dtype="auto" if args.dtype == "auto" else args.dtype,
-            seed=args.seed,
-            tensor_parallel_size=args.tensor_parallel_size,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            max_model_len=args.max_model_len,
-            enable_prefix_caching=True,  # the n samples of a problem share its prompt
-        )
-        self.args = args
-
-    def generate(self, prompt_ids: list[list[int]], seeds: list[int]):
-        from vllm import SamplingParams
-
-        a = self.args
-        for start in range(0, len(prompt_ids), a.vllm_chunk):
-            ids = prompt_ids[start : start + a.vllm_chunk]
-            params = [
-                SamplingParams(
-                    n=1, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k if a.top_k > 0 else -1,
-                    max_tokens=a.max_new_tokens, seed=s,
-                )
-                for s in seeds[start : start + a.vllm_chunk]
-            ]
-            outs = self.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
-            yield start, [
-                (o.outputs[0].text, len(o.outputs[0].token_ids), o.outputs[0].finish_reason) for o in outs
-            ]
-
-
 # ------------------------------------------------------------------------------------------------- driver
-def _prompt_ids(tok, problem: dict, use_chat_template: bool) -> list[int]:
-    if use_chat_template:
-        if not getattr(tok, "chat_template", None):
-            raise ValueError("the tokenizer has no chat template; pass --use_chat_template false to send the user "
-                             "message text alone")
-        text = tok.apply_chat_template(problem["prompt"], add_generation_prompt=True, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
-    return tok(problem["prompt"][-1]["content"])["input_ids"]
-
-
 def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int]]:
     done = records.read_samples(key_dir)
     return [(i, s) for i, p in enumerate(problems) for s in range(n) if (p["id"], s) not in done]
 
 
-def _run_units(backend, tok, key: str, problems: list[dict], units, out_file: Path, args: GenerateArgs) -> dict:
+def _run_units(backend, key: str, problems: list[dict], units, out_file: Path, args, bar_opts: dict) -> dict:
     """Generate `units` [(problem index, sample)] of one dataset, appending each finished batch to out_file."""
     records.repair_tail(out_file)
     cache: dict[int, list[int]] = {}
     prompts = []
     for i, _ in units:
         if i not in cache:
-            cache[i] = _prompt_ids(tok, problems[i], args.use_chat_template)
+            cache[i] = prompt_ids(backend.tok, problems[i], args.use_chat_template)
         prompts.append(cache[i])
     seeds = [_sample_seed(args.seed, key, problems[i]["id"], s) for i, s in units]
-    t0, tokens, done = time.perf_counter(), 0, 0
+    left = collections.Counter(i for i, _ in units)  # samples still to come per problem
+    bar = progress(len(units), f"generate {key}", "sample", **bar_opts)
+    t0, tokens, done, problems_done = time.perf_counter(), 0, 0, 0
     for start, results in backend.generate(prompts, seeds):
         rows = []
         for (i, s), (text, count, finish) in zip(units[start : start + len(results)], results):
             rows.append({"id": problems[i]["id"], "sample": s, "completion": text, "num_tokens": count,
                          "finish_reason": finish})
             tokens += count
+            left[i] -= 1
+            problems_done += left[i] == 0
         records.append_jsonl(out_file, rows)
         done += len(rows)
-        dt = time.perf_counter() - t0
-        logger.info("%s: %d/%d samples, %.1f tok/s", key, done, len(units), tokens / max(dt, 1e-9))
+        rate = tokens / max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix_str(f"problems {problems_done}/{len(left)}, {rate:.0f} tok/s", refresh=False)
+        bar.update(len(rows))
+        logger.info("%s: %d/%d samples, %d/%d problems, %.1f tok/s", key, done, len(units), problems_done,
+                    len(left), rate)
+    bar.close()
     return {"samples": done, "tokens": tokens, "seconds": time.perf_counter() - t0}
 
 
@@ -338,10 +268,15 @@ def _reference_units(key_dir: Path, problems: list[dict], units) -> dict:
 
 def generate(args: GenerateArgs, paths: PathArgs) -> dict:
     """Generate every missing sample of every dataset; returns throughput stats {dataset: {...}}."""
+    # 1. everything that can be checked without data or weights
     _validate(args)
     backend_name = resolve_backend(args.backend)
-    out = Path(paths.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    groups = [None]
+    if backend_name != "reference":
+        devices = parallel.visible_devices()
+        dp = args.data_parallel_size or max(1, len(devices) // args.tensor_parallel_size)
+        groups = parallel.worker_devices(dp, args.tensor_parallel_size, devices)
+    out = run_dir(paths.output_dir)
     source = resolve_model(args.model) if backend_name != "reference" else None
     if source is not None:
         args = dataclasses.replace(args, model=source.model)  # workers must not resolve the default again
@@ -352,12 +287,18 @@ def generate(args: GenerateArgs, paths: PathArgs) -> dict:
     if args.temperature == 0 and args.num_samples > 1:
         logger.warning("temperature=0 (greedy) with num_samples=%d: all samples of a problem will be equal",
                        args.num_samples)
+    # 2. problems, and the prompts rendered once with the tokenizer: template errors before any weights load
+    problems_of = {dataset_key(name): load_problems(name, args, keep_solution=backend_name == "reference")
+                   for name in args.datasets}
+    if source is not None:
+        tok = load_tokenizer(source)
+        for problems in problems_of.values():
+            if problems:
+                prompt_ids(tok, problems[0], args.use_chat_template)
+    out.mkdir(parents=True, exist_ok=True)
     _check_config(out, config)
-
     work = {}
-    for name in args.datasets:
-        key = dataset_key(name)
-        problems = load_problems(name, args, keep_solution=backend_name == "reference")
+    for key, problems in problems_of.items():
         key_dir = out / key
         key_dir.mkdir(exist_ok=True)
         _merge_problems(key_dir / "problems.jsonl", problems)
@@ -365,94 +306,40 @@ def generate(args: GenerateArgs, paths: PathArgs) -> dict:
     total = sum(len(u) for _, u in work.values())
     logger.info("backend=%s, %d samples to generate (%s)", backend_name, total,
                 ", ".join(f"{k}: {len(u)}" for k, (_, u) in work.items()))
+    # 3. generate: here, or in one worker process per GPU group
     if total == 0:
         return {}
     if backend_name == "reference":
         return {k: _reference_units(out / k, p, u) for k, (p, u) in work.items()}
-
-    gpus = _gpu_count()
-    dp = args.data_parallel_size or max(1, gpus // args.tensor_parallel_size)
-    if dp > 1:
-        return _launch_workers(args, paths, backend_name, work, dp, gpus)
-    return _generate_local(args, out, backend_name, source, work, "generations.jsonl")
+    if len(groups) > 1:
+        return parallel.launch_workers(args, out, backend_name, work, groups, paths.disable_tqdm)
+    return generate_local(args, out, backend_name, source, work, "generations.jsonl", disable_tqdm=paths.disable_tqdm)
 
 
-def _generate_local(args, out: Path, backend_name: str, source, work, file_name: str) -> dict:
-    if backend_name == "vllm":
-        backend = VLLMBackend(source, args, out)
-    else:
-        backend = HFBackend(source, args)
-    stats = {}
-    for key, (problems, units) in work.items():
-        if units:
-            stats[key] = _run_units(backend, backend.tok, key, problems, units, out / key / file_name, args)
-    return stats
+def generate_local(args, out: Path, backend_name: str, source, work, file_name: str, rank: int = 0,
+                   disable_tqdm: bool = False) -> dict:
+    """Generate `work` {dataset: (problems, units)} in this process, appending to `<dataset>/<file_name>`."""
+    backend = VLLMBackend(source, args, out) if backend_name == "vllm" else HFBackend(source, args)
+    bar_opts = dict(disable=disable_tqdm, position=rank, leave=rank == 0)
+    return {key: _run_units(backend, key, problems, units, out / key / file_name, args, bar_opts)
+            for key, (problems, units) in work.items() if units}
 
 
-def _launch_workers(args, paths, backend_name, work, dp: int, gpus: int) -> dict:
-    """One process per rank on its own GPU group, each writing generations.rank<r>.jsonl; waits for all."""
-    out = Path(paths.output_dir)
-    if backend_name == "vllm":
-        materialize_for_vllm(resolve_model(args.model), out)  # merge an adapter once, not in every worker
-    procs = []
-    repo_root = str(Path(__file__).resolve().parents[1])
-    for rank in range(dp):
-        spec = {
-            "args": dataclasses.asdict(args), "output_dir": str(out), "backend": backend_name, "rank": rank,
-            "work": {
-                k: {"problems": [{"id": p["id"], "prompt": p["prompt"]} for p in problems],
-                    "units": [list(u) for u in units[rank::dp]]}
-                for k, (problems, units) in work.items()
-            },
-        }
-        spec_path = out / f".dp_worker{rank}.json"
-        records.write_json_atomic(spec_path, spec)
-        env = dict(os.environ)
-        if gpus:
-            tp = args.tensor_parallel_size
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(rank * tp + j) for j in range(tp))
-        env["PYTHONPATH"] = repo_root + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [sys.executable, "-m", "eval.generate", "--dp_worker", str(spec_path)]
-        procs.append(subprocess.Popen(cmd, env=env, cwd=repo_root))
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise RuntimeError(f"data-parallel generation workers exited with codes {codes}; rerun to resume")
-    stats = {}
-    for rank in range(dp):
-        stats_file = out / f".dp_worker{rank}.stats.json"
-        part = json.loads(stats_file.read_text())
-        stats_file.unlink()
-        (out / f".dp_worker{rank}.json").unlink()
-        for key, s in part.items():
-            agg = stats.setdefault(key, {"samples": 0, "tokens": 0, "seconds": 0.0})
-            agg["samples"] += s["samples"]
-            agg["tokens"] += s["tokens"]
-            agg["seconds"] = max(agg["seconds"], s["seconds"])  # ranks run concurrently
-    return stats
-
-
-def _dp_worker(spec_path: str) -> None:
-    spec = json.loads(Path(spec_path).read_text())
-    args = GenerateArgs(**spec["args"])
-    out = Path(spec["output_dir"])
-    source = resolve_model(args.model)
-    work = {k: (v["problems"], [tuple(u) for u in v["units"]]) for k, v in spec["work"].items()}
-    stats = _generate_local(args, out, spec["backend"], source, work, f"generations.rank{spec['rank']}.jsonl")
-    records.write_json_atomic(out / f".dp_worker{spec['rank']}.stats.json", stats)
-
-
-def main(argv: list[str] | None = None) -> dict:
+def _main(argv: list[str] | None) -> dict:
     from trl import TrlParser
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--dp_worker"]:
-        _dp_worker(argv[1])
+        parallel.run_worker(argv[1])
         return {}
     gen_args, paths = TrlParser((GenerateArgs, PathArgs)).parse_args_and_config(argv)
     stats = generate(gen_args, paths)
     print(json.dumps(stats, indent=2))
     return stats
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return cli(_main, "eval.generate", argv)
 
 
 if __name__ == "__main__":

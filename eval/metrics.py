@@ -17,8 +17,11 @@ maj@k is not an L-statistic (the vote depends on the answers, not only on the re
 
 from __future__ import annotations
 
+import functools
 import math
+from fractions import Fraction
 
+import numpy as np
 import torch
 
 from ordergrad_trl import lstat_value, rank_weights
@@ -29,6 +32,7 @@ __all__ = [
     "cvar_at_k",
     "lstat_metric",
     "maj_at_k",
+    "maj_from_counts",
     "pass_at_k",
     "pass_hat_k",
     "problem_mean",
@@ -48,7 +52,20 @@ def _check(rewards: torch.Tensor, k: int, name: str = "rewards") -> torch.Tensor
 def lstat_metric(rewards: torch.Tensor, objective, k: int) -> torch.Tensor:
     """Per-problem unbiased estimate `(P,)` of E[sum_j w_j R_(j:k)] for `w = rank_weights(objective, k)`."""
     rewards = _check(rewards, k)
-    return lstat_value(rewards, rank_weights(objective, k))
+    weights = rank_weights(objective, k)
+    valid = ~torch.isnan(rewards)  # (P, n)
+    counts = valid.sum(-1)  # (P,)
+    if bool((counts == rewards.shape[1]).all()):
+        return lstat_value(rewards, weights)
+    # Rows with missing samples, grouped by their number v of valid ones: each group is a dense (R, v) tensor,
+    # so only the weight tables of the v values present are built (lstat_value's NaN path builds one for every
+    # v <= n, O(n^2 K) at n = 256).
+    out = torch.full((rewards.shape[0],), math.nan, dtype=torch.float64)
+    for v in counts.unique().tolist():
+        if v >= k:
+            rows = (counts == v).nonzero().flatten()
+            out[rows] = lstat_value(rewards[rows][valid[rows]].view(len(rows), v), weights)
+    return out
 
 
 def pass_at_k(correct: torch.Tensor, k: int) -> torch.Tensor:
@@ -85,26 +102,16 @@ def problem_mean(values: torch.Tensor) -> tuple[float, int]:
 
 
 # --------------------------------------------------------------------------------------------------- maj@k
-def maj_at_k(
-    labels: torch.Tensor,
-    correct: torch.Tensor,
-    k: int,
-    *,
-    exact_limit: int = 20_000,
-    num_draws: int = 4_096,
-    seed: int = 0,
-) -> torch.Tensor:
+def maj_at_k(labels: torch.Tensor, correct: torch.Tensor, k: int) -> torch.Tensor:
     """`(P,)` expected correctness of a majority vote over k samples drawn without replacement from the n.
 
     Definition: draw a uniform k-subset of a problem's valid samples; every sample with an answer votes for its
     answer class (`labels`, an integer id per distinct answer of that problem; -1 = no answer extracted, which
     does not vote); the vote is the most frequent class, ties broken uniformly at random; the score is the
     correctness of that class (the mean `correct` of its members, which agree when classes are answer
-    equivalence classes), 0 when nobody votes. `maj_at_k` is the expectation of that score: exact
-    (enumerating all C(n, k) subsets, ties counted fractionally) when C(n, k) <= `exact_limit`, else a Monte
-    Carlo average over `num_draws` random subsets drawn from a generator seeded with `seed` (reproducible).
-    With k = n this is the usual majority vote over all samples; maj@1 = pass@1 when every correct sample
-    has an answer.
+    equivalence classes), 0 when nobody votes. `maj_at_k` is the exact expectation of that score over all
+    C(n, k) subsets, computed without enumerating them (`maj_from_counts`). With k = n this is the usual
+    majority vote over all samples; maj@1 = pass@1 when every correct sample has an answer.
 
     Args:
         labels: `(P, n)` integer answer-class ids, -1 for no answer.
@@ -116,60 +123,88 @@ def maj_at_k(
     if labels.shape != correct.shape or labels.is_floating_point():
         raise ValueError(f"labels must be an integer tensor of shape {tuple(correct.shape)}, got "
                          f"{labels.dtype} {tuple(labels.shape)}")
-    if not (exact_limit >= 1 and num_draws >= 1):
-        raise ValueError(f"exact_limit and num_draws must be >= 1, got {exact_limit} and {num_draws}")
-    num_p = correct.shape[0]
-    valid = ~torch.isnan(correct)  # (P, n)
-    out = torch.full((num_p,), math.nan, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
-    counts = valid.sum(-1)  # (P,)
-    for v in sorted(set(counts.tolist())):
-        if v < k:
+    lab, cor = labels.numpy().astype(np.int64), correct.numpy()
+    out = np.full(cor.shape[0], np.nan)
+    for p in range(cor.shape[0]):
+        valid = ~np.isnan(cor[p])
+        if valid.sum() < k:
             continue
-        rows = (counts == v).nonzero().flatten()
-        # valid samples first (stable), so each row's first v columns are its pool
-        order = torch.argsort((~valid[rows]).to(torch.int8), dim=-1, stable=True)[:, :v]  # (R, v)
-        lab = torch.gather(labels[rows].long(), 1, order)
-        cor = torch.gather(correct[rows], 1, order)
-        out[rows] = _maj_pool(lab, cor, k, exact_limit, num_draws, gen)
-    return out
+        votes = valid & (lab[p] >= 0)
+        _, cls = np.unique(lab[p][votes], return_inverse=True)
+        sizes = np.bincount(cls)  # (C,) members per answer class
+        ok = np.bincount(cls, weights=cor[p][votes]) / np.maximum(sizes, 1)  # (C,) mean correctness
+        out[p] = maj_from_counts(sizes.tolist(), ok.tolist(), int((valid & (lab[p] < 0)).sum()), k)
+    return torch.from_numpy(out)
 
 
-def _class_correctness(lab: torch.Tensor, cor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Relabel each row's classes 0..C-1 (no answer -> C = v) and give each class its mean correctness."""
-    rows, v = lab.shape
-    # dense per-row ids: position of the first sample with the same label (an id < v for every class)
-    same = (lab[:, :, None] == lab[:, None, :]) & (lab[:, :, None] >= 0)  # (R, v, v)
-    first = torch.where(same.any(-1), same.int().argmax(-1), v)  # (R, v); abstainers -> v
-    total = torch.zeros(rows, v + 1, dtype=torch.float64).scatter_add_(1, first, cor)
-    size = torch.zeros(rows, v + 1, dtype=torch.float64).scatter_add_(1, first, torch.ones_like(cor))
-    class_ok = torch.where(size > 0, total / size.clamp(min=1), 0.0)
-    class_ok[:, v] = 0.0  # abstaining is never a correct vote
-    return first, class_ok
+def maj_from_counts(sizes, ok, abstain: int, k: int, exact: bool = False):
+    """Expected majority-vote score of a uniform k-subset of a pool of answer classes, in polynomial time.
+
+    The pool holds `sizes[c]` samples of class c (score `ok[c]`) and `abstain` samples that do not vote.
+    Condition on the class c that wins with j votes: the other classes must each get <= j votes, and a subset
+    where t of them also get j is a (t+1)-way tie worth ok[c] / (t+1). Counting those subsets is a product of
+    generating functions in x (samples drawn) and y (classes tied at j), one per other class,
+    f_d(x, y) = sum_{i<j} C(m_d, i) x^i + y C(m_d, j) x^j; classes smaller than j cannot tie and merge with the
+    abstainers into one binomial (1 + x)^small. So
+
+        maj@k = sum_c ok[c] sum_j C(m_c, j) sum_t [x^(k-j) y^t] (1 + x)^small prod_{d != c, m_d >= j} f_d / (t + 1)
+                / C(n, k).
+
+    Work: O(n log n) polynomial products of size (k + 1) x (classes + 1) per class with ok > 0 (at most n / j
+    classes reach j). Every term is a non-negative count below C(n, n // 2), so float64 is accurate to ~1e-13
+    relative for n <= 1000; beyond that (or with `exact=True`) the same recursion runs on Python integers and
+    returns a `Fraction` (`ok` must then be rationals).
+    """
+    sizes = [int(m) for m in sizes]
+    if len(ok) != len(sizes) or min(sizes, default=1) < 1 or abstain < 0:
+        raise ValueError(f"need one ok per class, sizes >= 1 and abstain >= 0, got {sizes}, {list(ok)}, {abstain}")
+    n = sum(sizes) + abstain
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be in [1, pool size {n}], got {k}")
+    exact = exact or math.comb(n, n // 2) > 1e300
+    comb = _binom_table(n, exact)  # (n + 1, n + 1): comb[m, i] = C(m, i), 0 for i > m
+    zero = 0 if exact else 0.0
+    total = zero
+    for c, (m_c, ok_c) in enumerate(zip(sizes, ok)):
+        if ok_c == 0:
+            continue
+        others = np.array(sizes[:c] + sizes[c + 1 :], dtype=np.int64)
+        inner = zero
+        for j in range(1, min(m_c, k) + 1):
+            rest = k - j  # samples drawn from the other classes and the abstainers
+            big = others[others >= j]
+            small = abstain + int(others[others < j].sum())
+            if rest > small + j * len(big):  # the others cannot absorb k - j draws with <= j votes each
+                continue
+            poly = np.zeros((rest + 1, len(big) + 1), dtype=comb.dtype)  # (x degree, classes tied at j)
+            poly[:, 0] = comb[small, : rest + 1]
+            drift = np.subtract.outer(np.arange(rest + 1), np.arange(rest + 1))  # (x, x): r - s
+            below = (drift >= 0) & (drift < j)
+            for t, m in enumerate(big.tolist()):
+                # 1. i < j votes for class d: a lower-triangular Toeplitz of C(m, i); 2. exactly j: one more tie
+                low = np.where(below, comb[m][drift.clip(0)], zero)
+                new = low @ poly
+                if j <= rest:
+                    new[j:, 1 : t + 2] += comb[m, j] * poly[: rest + 1 - j, : t + 1]
+                poly = new
+            ties = poly[rest]  # (T + 1,)
+            inner += comb[m_c, j] * sum(ties[t] / (t + 1) if not exact else Fraction(ties[t], t + 1)
+                                        for t in range(len(ties)))
+        total += ok_c * inner if not exact else Fraction(ok_c) * inner
+    return total / comb[n, k] if not exact else Fraction(total) / comb[n, k]
 
 
-def _maj_pool(lab, cor, k, exact_limit, num_draws, gen) -> torch.Tensor:
-    rows, v = lab.shape
-    ids, class_ok = _class_correctness(lab, cor)  # (R, v), (R, v + 1)
-    if math.comb(v, k) <= exact_limit:
-        subsets = torch.combinations(torch.arange(v), k) if k > 1 else torch.arange(v)[:, None]  # (S, k)
-        draws = subsets.expand(rows, -1, -1)
-    else:
-        draws = torch.rand(rows, num_draws, v, generator=gen).argsort(-1)[..., :k]  # (R, S, k)
-    num_s = draws.shape[1]
-    result = torch.empty(rows, dtype=torch.float64)
-    chunk = max(1, (1 << 22) // max(1, num_s * (v + 1)))  # bound the (rows, S, v + 1) vote tensor
-    for start in range(0, rows, chunk):
-        sl = slice(start, start + chunk)
-        picked = torch.gather(ids[sl, None, :].expand(-1, num_s, -1), 2, draws[sl])  # (r, S, k)
-        votes = torch.zeros(picked.shape[0], num_s, v + 1, dtype=torch.float64)
-        votes.scatter_add_(2, picked, torch.ones_like(picked, dtype=torch.float64))
-        votes[..., v] = 0.0  # abstentions
-        top = votes.max(-1, keepdim=True).values
-        tied = (votes == top) & (top > 0)  # (r, S, v + 1)
-        credit = (tied * class_ok[sl, None, :]).sum(-1) / tied.sum(-1).clamp(min=1)  # (r, S)
-        result[sl] = credit.mean(-1)
-    return result
+@functools.lru_cache(maxsize=8)
+def _binom_table(n: int, exact: bool) -> np.ndarray:
+    """`(n + 1, n + 1)` Pascal triangle, exact integers rounded once to float64 (or kept as Python ints)."""
+    table = np.zeros((n + 1, n + 1), dtype=object)
+    row = [1]
+    for m in range(n + 1):
+        table[m, : m + 1] = row
+        row = [1] + [a + b for a, b in zip(row, row[1:])] + [1]
+    table = table if exact else table.astype(np.float64)
+    table.flags.writeable = False
+    return table
 
 
 # ----------------------------------------------------------------------------------------------- bootstrap
@@ -200,7 +235,18 @@ def bootstrap_ci(
         return (nan[0], nan[0]) if squeeze else (nan, nan)
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(num_p, (num_samples, num_p), generator=gen)  # (B, P)
-    means = values[:, idx].nanmean(-1)  # (M, B); NaN when a replicate drew only NaN problems
+    # Replicate means as (M, P) @ (P, b) products of problem counts, b replicates at a time: memory stays
+    # O((M + P) b) instead of the O(M B P) of indexing values[:, idx] (54 metrics x 1000 x 500 at n = 256).
+    ok = ~torch.isnan(values)  # (M, P)
+    filled, okf = values.nan_to_num(0.0), ok.double()
+    means = torch.empty(num_m, num_samples, dtype=torch.float64)  # (M, B)
+    step = max(1, (1 << 22) // max(1, num_p))
+    for s in range(0, num_samples, step):
+        part = idx[s : s + step]  # (b, P)
+        counts = torch.zeros(len(part), num_p, dtype=torch.float64).scatter_add_(
+            1, part, torch.ones_like(part, dtype=torch.float64)).T  # (P, b)
+        # NaN when a replicate drew only NaN problems of a metric (0 / 0), as nanmean
+        means[:, s : s + step] = (filled @ counts) / (okf @ counts)
     alpha = (1 - level) / 2
     q = torch.tensor([alpha, 1 - alpha], dtype=torch.float64)
     low, high = torch.nanquantile(means, q, dim=-1)  # (M,), (M,)

@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as `python eval/report.py`
 import torch  # noqa: E402
 
 from eval import metrics, records  # noqa: E402
+from eval.cli import UsageError, cli, require_run, run_dir  # noqa: E402
 from eval.generate import PathArgs  # noqa: E402
 
 logger = logging.getLogger("eval.report")
@@ -42,7 +43,8 @@ CORRECT_LABEL = "\x00correct"  # every sample math-verify scored correct votes f
 @dataclass
 class ReportArgs:
     ks: list[int] | None = field(
-        default=None, metadata={"help": "k values for the @k metrics (default: 1, 2, 4, ... up to n, and n)."}
+        default=None, metadata={"help": "k values for the @k metrics, each in [1, n] (default: the powers of two "
+                                        "up to n: 1, 2, 4, ...)."}
     )
     reward_weights: str = field(
         default="correct=1",
@@ -55,12 +57,8 @@ class ReportArgs:
         metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'."},
     )
     bootstrap_samples: int = field(default=1000, metadata={"help": "Bootstrap replicates for the CIs."})
-    bootstrap_seed: int = field(default=0, metadata={"help": "Seed of the bootstrap and of maj@k Monte Carlo."})
+    bootstrap_seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resampling."})
     ci_level: float = field(default=0.95, metadata={"help": "Confidence level of the intervals."})
-    maj_exact_limit: int = field(
-        default=20_000, metadata={"help": "maj@k is exact when C(n, k) <= this, else Monte Carlo."}
-    )
-    maj_draws: int = field(default=4096, metadata={"help": "maj@k Monte Carlo subsets per problem."})
     breakdown: list[str] = field(
         default_factory=lambda: ["subject", "level"],
         metadata={"help": "Problem metadata fields to break results down by (where present)."},
@@ -75,12 +73,12 @@ def parse_reward_weights(text: str) -> dict[str, float]:
         name, sep, value = part.partition("=")
         name = name.strip()
         if not sep or name not in ("correct", "format"):
-            raise ValueError(f"reward_weights must look like 'correct=1,format=0.2' (fields: correct, format), "
+            raise UsageError(f"--reward_weights must look like 'correct=1,format=0.2' (fields: correct, format), "
                              f"got {text!r}")
         try:
             out[name] = float(value)
         except ValueError:
-            raise ValueError(f"reward_weights: {value!r} is not a number (in {text!r})") from None
+            raise UsageError(f"--reward_weights: {value!r} is not a number (in {text!r})") from None
     return out
 
 
@@ -92,14 +90,17 @@ def parse_objective(spec: str) -> tuple[str, int]:
     if not sep:
         obj, k = spec, str(len(spec.split(","))) if "," in spec else ""
     if not k.strip().isdigit():
-        raise ValueError(f"objective {spec!r} must be Preset@K, e.g. 'TopM:2@4' or 'CVaR:0.25@8'")
-    rank_weights(obj, int(k))  # raises with the list of valid presets
+        raise UsageError(f"--objectives {spec!r} must be Preset@K, e.g. 'TopM:2@4' or 'CVaR:0.25@8'")
+    try:
+        rank_weights(obj, int(k))
+    except ValueError as err:  # names the valid presets
+        raise UsageError(f"--objectives {spec!r}: {err}") from None
     return obj, int(k)
 
 
 def default_ks(n: int) -> list[int]:
-    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
-    return ks + ([n] if ks[-1] != n else [])
+    """1, 2, 4, ... up to n: the k axis of pass@k / maj@k curves."""
+    return [1 << i for i in range(n.bit_length())]
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -152,16 +153,12 @@ def per_problem_metrics(data: dict, args: ReportArgs, ks: list[int], objectives)
     for k in ks:
         out[f"pass@{k}"] = metrics.pass_at_k(c, k)
         out[f"pass^{k}"] = metrics.pass_hat_k(c, k)
-        out[f"maj@{k}"] = metrics.maj_at_k(lab, c, k, exact_limit=args.maj_exact_limit, num_draws=args.maj_draws,
-                                           seed=args.bootstrap_seed)
+        out[f"maj@{k}"] = metrics.maj_at_k(lab, c, k)
         out[f"best@{k}"] = metrics.best_of_k(r, k)
         out[f"worst@{k}"] = metrics.worst_of_k(r, k)
         out[f"cvar{args.cvar_q:g}@{k}"] = metrics.cvar_at_k(r, k, args.cvar_q)
     for obj, k in objectives:
-        if k <= data["n"]:
-            out[f"{obj}@{k}"] = metrics.lstat_metric(r, obj, k)
-        else:
-            logger.warning("objective %s@%d needs K <= n = %d samples; skipped", obj, k, data["n"])
+        out[f"{obj}@{k}"] = metrics.lstat_metric(r, obj, k)
     return out
 
 
@@ -186,11 +183,12 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
         logger.warning("%s: no scored samples; run eval.score first", dataset_dir.name)
         return None
     ks = sorted({k for k in (args.ks or default_ks(n))})
-    if any(k < 1 for k in ks):
-        raise ValueError(f"ks must be >= 1, got {args.ks}")
-    if [k for k in ks if k > n]:
-        logger.warning("%s: k > n = %d samples dropped: %s", dataset_dir.name, n, [k for k in ks if k > n])
-        ks = [k for k in ks if k <= n]
+    if ks[-1] > n:
+        raise UsageError(f"--ks {' '.join(map(str, args.ks))}: k = {ks[-1]} > n = {n} samples per problem in "
+                         f"{dataset_dir.name}; use k <= n or generate more samples (--num_samples)")
+    too_big = [f"{o}@{k}" for o, k in objectives if k > n]
+    if too_big:
+        raise UsageError(f"--objectives {' '.join(too_big)}: K > n = {n} samples per problem in {dataset_dir.name}")
     values = per_problem_metrics(data, args, ks, objectives)
     result = {
         "num_problems": len(data["problems"]),
@@ -347,17 +345,10 @@ def plot(report: dict, path: Path) -> bool:
 
 
 def report(args: ReportArgs, paths: PathArgs) -> dict:
-    if args.bootstrap_samples < 1 or not 0 < args.ci_level < 1:
-        raise ValueError(f"need bootstrap_samples >= 1 and 0 < ci_level < 1, got {args.bootstrap_samples}, "
-                         f"{args.ci_level}")
-    if not 0 < args.cvar_q <= 1:
-        raise ValueError(f"cvar_q must be in (0, 1], got {args.cvar_q}")
+    check_args(args)
     reward_weights = parse_reward_weights(args.reward_weights)
     objectives = [parse_objective(o) for o in args.objectives]
-    out = Path(paths.output_dir)
-    dirs = records.dataset_dirs(out)
-    if not dirs:
-        raise FileNotFoundError(f"no <dataset>/problems.jsonl under {str(out)!r}; run eval.generate first")
+    out, dirs = require_run(paths.output_dir, "report")
     gen_cfg = out / "generation_config.json"
     result = {
         "generation": json.loads(gen_cfg.read_text()) if gen_cfg.is_file() else None,
@@ -368,6 +359,8 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
         ds = report_dataset(d, args, reward_weights, objectives)
         if ds is not None:
             result["datasets"][d.name] = ds
+    if not result["datasets"]:
+        raise UsageError(f"--output_dir {paths.output_dir}: no scored samples in {out}; run eval.score first")
     if args.plot and result["datasets"] and plot(result, out / "passk.png"):
         result["plot"] = str(out / "passk.png")
     records.write_json_atomic(out / "report.json", result)
@@ -375,14 +368,32 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
     return result
 
 
-def main(argv: list[str] | None = None) -> dict:
+def check_args(args: ReportArgs) -> None:
+    """Flag-level checks that need no data (eval.run calls this before generating anything)."""
+    if args.ks is not None and (not args.ks or min(args.ks) < 1):
+        raise UsageError(f"--ks must be integers >= 1 (and <= n samples per problem), got {args.ks}")
+    if args.bootstrap_samples < 1:
+        raise UsageError(f"--bootstrap_samples must be >= 1, got {args.bootstrap_samples}")
+    if not 0 < args.ci_level < 1:
+        raise UsageError(f"--ci_level must be in (0, 1), got {args.ci_level}")
+    if not 0 < args.cvar_q <= 1:
+        raise UsageError(f"--cvar_q must be in (0, 1], got {args.cvar_q}")
+    parse_reward_weights(args.reward_weights)
+    for o in args.objectives:
+        parse_objective(o)
+
+
+def _main(argv: list[str] | None) -> dict:
     from trl import TrlParser
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     report_args, paths = TrlParser((ReportArgs, PathArgs)).parse_args_and_config(argv)
     result = report(report_args, paths)
-    print((Path(paths.output_dir) / "report.md").read_text())
+    print((run_dir(paths.output_dir) / "report.md").read_text())
     return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return cli(_main, "eval.report", argv)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as `python eval/score.py`
 
 from eval import records  # noqa: E402
 from eval.answers import extract_answer  # noqa: E402
+from eval.cli import UsageError, cli, progress, require_run  # noqa: E402
 from eval.generate import PathArgs  # noqa: E402
 
 logger = logging.getLogger("eval.score")
@@ -37,10 +38,10 @@ class ScoreArgs:
     reward_workers: int | None = field(
         default=None, metadata={"help": "math-verify worker processes (default: as in training, min(4, cpus))."}
     )
-    score_chunk: int = field(default=2048, metadata={"help": "Samples scored per call; scores are saved per chunk."})
+    score_chunk: int = field(default=512, metadata={"help": "Samples scored per call; scores are saved per chunk."})
 
 
-def score_dataset(dataset_dir: Path, args: ScoreArgs) -> dict:
+def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False) -> dict:
     from ordergrad_trl.rewards import format_reward, score_completions
 
     golds = {p["id"]: str(p["answer"]) for p in records.read_jsonl(dataset_dir / "problems.jsonl")}
@@ -60,6 +61,7 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs) -> dict:
         stale = {(r["id"], int(r["sample"])) for r in todo}
         records.write_jsonl_atomic(out, [r for k, r in scored.items() if k not in stale])
     t0 = time.perf_counter()
+    bar = progress(len(todo), f"score {dataset_dir.name}", "sample", disable_tqdm)
     for start in range(0, len(todo), args.score_chunk):
         chunk = todo[start : start + args.score_chunk]
         texts = [r["completion"] for r in chunk]
@@ -72,26 +74,34 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs) -> dict:
              "crc": records.completion_crc(t)}
             for r, c, f, t in zip(chunk, correct, fmt, texts)
         ])
+        bar.update(len(chunk))
         logger.info("%s: scored %d/%d", dataset_dir.name, start + len(chunk), len(todo))
+    bar.close()
     seconds = time.perf_counter() - t0
     return {"scored": len(todo), "seconds": seconds, "samples_per_s": len(todo) / seconds if todo else None}
 
 
 def score(args: ScoreArgs, paths: PathArgs) -> dict:
-    dirs = records.dataset_dirs(paths.output_dir)
-    if not dirs:
-        raise FileNotFoundError(f"no <dataset>/problems.jsonl under {paths.output_dir!r}; run eval.generate first")
-    return {d.name: score_dataset(d, args) for d in dirs}
+    for name, ok, rule in [("reward_timeout_s", args.reward_timeout_s > 0, "> 0"),
+                           ("reward_workers", args.reward_workers is None or args.reward_workers >= 1, ">= 1"),
+                           ("score_chunk", args.score_chunk >= 1, ">= 1")]:
+        if not ok:
+            raise UsageError(f"--{name} must be {rule}, got {getattr(args, name)!r}")
+    out, dirs = require_run(paths.output_dir, "score")
+    return {d.name: score_dataset(d, args, paths.disable_tqdm) for d in dirs}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _main(argv: list[str] | None) -> dict:
     from trl import TrlParser
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     score_args, paths = TrlParser((ScoreArgs, PathArgs)).parse_args_and_config(argv)
     stats = score(score_args, paths)
     print(json.dumps(stats, indent=2))
     return stats
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return cli(_main, "eval.score", argv)
 
 
 if __name__ == "__main__":

@@ -107,9 +107,14 @@ def test_every_lstat_metric_matches_subset_enumeration(binary):
             "ReMax": metrics.best_of_k(t, k), "ReMin": metrics.worst_of_k(t, k),
             "CVaR:0.25": metrics.cvar_at_k(t, k, 0.25),
         }
-        if binary:
-            assert torch.equal(metrics.pass_at_k(t, k).nan_to_num(-1), named["ReMax"].nan_to_num(-1))
-            assert torch.equal(metrics.pass_hat_k(t, k).nan_to_num(-1), named["ReMin"].nan_to_num(-1))
+        if binary:  # pass@k / pass^k: the subset max / min, and the closed forms in exact rationals
+            for row, a, h in zip(rows, metrics.pass_at_k(t, k).tolist(), metrics.pass_hat_k(t, k).tolist()):
+                assert close(a, subsets_mean(row, k, max)) and close(h, subsets_mean(row, k, min)), (k, row)
+                vals = [x for x in row if not math.isnan(x)]
+                if len(vals) >= k:
+                    n, c = len(vals), int(sum(vals))
+                    assert close(a, float(1 - Fraction(math.comb(n - c, k), math.comb(n, k))))
+                    assert close(h, float(Fraction(math.comb(c, k), math.comb(n, k))))
         for preset, stat in ORACLES.items():
             if preset.startswith(("TopM", "Rank")) and k < 2:
                 continue
@@ -132,6 +137,23 @@ def test_pass_at_k_is_the_codex_estimator_and_pass_hat_k_its_mirror():
                 hat = Fraction(math.comb(c, k), math.comb(n, k))
                 assert abs(a - float(codex)) < 1e-12, (n, c, k)
                 assert abs(h - float(hat)) < 1e-12, (n, c, k)
+
+
+def test_pass_at_k_at_n_256_with_missing_samples_is_the_closed_form():
+    gen = torch.Generator().manual_seed(4)
+    t = (torch.rand(12, 256, generator=gen) < torch.rand(12, 1, generator=gen)).double()
+    t[3:6, :5] = NAN  # rows with 251 and 250 valid samples
+    t[6:9, 100:106] = NAN
+    for k in (1, 8, 64, 128, 250, 256):
+        got_at, got_hat = metrics.pass_at_k(t, k).tolist(), metrics.pass_hat_k(t, k).tolist()
+        for row, a, h in zip(t.tolist(), got_at, got_hat):
+            vals = [x for x in row if not math.isnan(x)]
+            if len(vals) < k:
+                assert math.isnan(a) and math.isnan(h)
+                continue
+            n, c = len(vals), int(sum(vals))
+            assert abs(a - float(1 - Fraction(math.comb(n - c, k), math.comb(n, k)))) < 1e-12, (k, n, c)
+            assert abs(h - float(Fraction(math.comb(c, k), math.comb(n, k)))) < 1e-12, (k, n, c)
 
 
 def test_pass_at_k_unbiased_for_the_population_quantity():
@@ -166,47 +188,134 @@ def test_bad_k_and_shapes_raise():
         metrics.lstat_metric(t, "TopM:9", 4)
 
 
-def _maj_case(seed, num=30, n=6):
-    rng = random.Random(seed)
+def count_vector_maj(sizes, ok, abstain, k):
+    """maj@k as a Fraction by enumerating vote-count vectors (x_1..x_C, abstainers) with multivariate
+    hypergeometric weights prod C(m_c, x_c) C(a, k - sum x) / C(n, k): no subsets, no generating functions."""
+    n = sum(sizes) + abstain
+    total = Fraction(0)
+    for xs in itertools.product(*[range(min(m, k) + 1) for m in sizes]):
+        rest = k - sum(xs)
+        if not 0 <= rest <= abstain or max(xs, default=0) == 0:
+            continue
+        ways = math.prod(math.comb(m, x) for m, x in zip(sizes, xs)) * math.comb(abstain, rest)
+        winners = [c for c, x in enumerate(xs) if x == max(xs)]
+        total += ways * sum(Fraction(ok[c]) for c in winners) / len(winners)
+    return total / math.comb(n, k)
+
+
+def pool_labels(sizes, abstain, seed=0):
+    """Labels / correctness rows for a pool (class 0 correct), shuffled: sample order must not matter."""
+    lab = [c for c, m in enumerate(sizes) for _ in range(m)] + [-1] * abstain
+    random.Random(seed).shuffle(lab)
+    return lab, [float(lb == 0) for lb in lab]
+
+
+SPLITS = [  # (class sizes, abstainers): singletons, a dominant class, 2- and 3-way ties, only abstainers
+    ((1,), 0), ((2, 2), 0), ((3, 1), 1), ((1, 1, 1), 2), ((2, 2, 2), 1), ((4, 3), 2), ((1, 5), 0), ((3, 3, 1), 2),
+    ((1,) * 8, 1), ((2, 1, 1, 1), 3), ((5, 4), 1), ((10,), 0), ((1,) * 10, 0), ((2, 2, 2, 2, 2), 0), ((), 4),
+]
+
+
+@pytest.mark.parametrize("sizes,abstain", SPLITS, ids=lambda v: str(v))
+def test_maj_at_k_matches_subset_enumeration_at_every_k(sizes, abstain):
+    lab, cor = pool_labels(sizes, abstain, seed=len(sizes))
+    n = len(lab)
+    for k in range(1, n + 1):
+        got = metrics.maj_at_k(torch.tensor([lab]), torch.tensor([cor], dtype=torch.float64), k)[0].item()
+        assert close(got, brute_maj(lab, cor, k), 1e-13), (sizes, abstain, k)
+        # the correct answer in any class (a minority, a tied one): the oracle with another class correct
+        for good in range(len(sizes)):
+            cor2 = [float(lb == good) for lb in lab]
+            got = metrics.maj_at_k(torch.tensor([lab]), torch.tensor([cor2], dtype=torch.float64), k)[0].item()
+            assert close(got, brute_maj(lab, cor2, k), 1e-13), (sizes, abstain, k, good)
+
+
+def test_maj_at_k_random_pools_with_missing_samples_match_enumeration():
+    rng = random.Random(0)
     labels, correct = [], []
-    for _ in range(num):
-        classes = rng.randint(1, 4)
-        lab = [rng.randrange(-1, classes) for _ in range(n)]
-        good = rng.randrange(-1, classes)  # which class is the right answer (-1: none)
-        cor = [float(lb == good and lb >= 0) for lb in lab]
-        cor = [NAN if rng.random() < 0.1 else c for c in cor]
+    for _ in range(60):
+        classes = rng.randint(1, 5)
+        lab = [rng.randrange(-1, classes) for _ in range(10)]
+        # class scores as the report builds them (a class is right or wrong), plus mixed classes (mean scores)
+        good = rng.randrange(-1, classes)
+        cor = [float(lb == good and lb >= 0) if rng.random() < 0.8 else float(rng.random() < 0.5) for lb in lab]
         labels.append(lab)
-        correct.append(cor)
-    return labels, correct
-
-
-def test_maj_at_k_exact_matches_enumeration():
-    labels, correct = _maj_case(0)
+        correct.append([NAN if rng.random() < 0.1 else c for c in cor])
     lab_t, cor_t = torch.tensor(labels), torch.tensor(correct, dtype=torch.float64)
-    for k in range(1, 7):
-        got = metrics.maj_at_k(lab_t, cor_t, k).tolist()
-        for lab, cor, g in zip(labels, correct, got):
-            assert close(g, brute_maj(lab, cor, k), 1e-12), (k, lab, cor)
+    for k in range(1, 11):
+        for lab, cor, g in zip(labels, correct, metrics.maj_at_k(lab_t, cor_t, k).tolist()):
+            assert close(g, brute_maj(lab, cor, k), 1e-13), (k, lab, cor)
 
 
-def test_maj_at_k_monte_carlo_is_seeded_and_close_to_exact():
-    labels, correct = _maj_case(1, num=20, n=10)
-    lab_t, cor_t = torch.tensor(labels), torch.tensor(correct, dtype=torch.float64)
-    exact = metrics.maj_at_k(lab_t, cor_t, 5)
-    mc = metrics.maj_at_k(lab_t, cor_t, 5, exact_limit=1, num_draws=20_000, seed=3)
-    assert torch.equal(mc.nan_to_num(-1), metrics.maj_at_k(lab_t, cor_t, 5, exact_limit=1, num_draws=20_000,
-                                                             seed=3).nan_to_num(-1))
-    ok = ~torch.isnan(exact)
-    # per problem the MC average of a [0, 1] variable over 20k draws: sd <= 0.0036
-    assert (mc[ok] - exact[ok]).abs().max() < 0.02
-    assert not torch.equal(mc[ok], exact[ok])  # it really was the Monte Carlo path
+@pytest.mark.parametrize("sizes,abstain,ks", [
+    ((7, 7, 5, 3), 2, range(1, 25)),  # n = 24, every k, a 2-way tie at the top
+    ((9, 2, 2, 2, 2, 2), 5, range(1, 25)),
+    ((120, 100), 36, (1, 2, 3, 17, 64, 127, 128, 200, 255, 256)),  # n = 256
+    ((90, 90, 60), 16, (1, 2, 5, 8)),
+])
+def test_maj_from_counts_exact_against_count_vectors(sizes, abstain, ks):
+    oks = [[1] + [0] * (len(sizes) - 1), [0, 1] + [0] * (len(sizes) - 2), [Fraction(1, 3)] * len(sizes)]
+    for k in ks:
+        for ok in oks:
+            want = count_vector_maj(sizes, ok, abstain, k)
+            assert metrics.maj_from_counts(sizes, ok, abstain, k, exact=True) == want, (k, ok)
+            got = metrics.maj_from_counts(sizes, [float(o) for o in ok], abstain, k)
+            assert abs(got - float(want)) <= 1e-13 * max(1.0, float(want)), (k, ok, got, float(want))
+
+
+def test_maj_at_k_float64_is_exact_to_1e12_at_n_256():
+    rng = random.Random(5)
+    for classes in (3, 40):
+        lab = [rng.randrange(-1, classes) for _ in range(256)]
+        sizes = [lab.count(c) for c in range(classes) if lab.count(c)]
+        ok = [1.0] + [0.0] * (len(sizes) - 1)
+        for k in (2, 64, 255):
+            exact = metrics.maj_from_counts(sizes, [Fraction(o) for o in ok], lab.count(-1), k, exact=True)
+            got = metrics.maj_from_counts(sizes, ok, lab.count(-1), k)
+            assert abs(got - float(exact)) < 1e-12, (classes, k)
+
+
+def monte_carlo_maj(lab, cor, k, draws, rng):
+    """Mean and standard error of the vote's score over random k-subsets (ties broken by a random draw)."""
+    scores = []
+    for _ in range(draws):
+        sub = rng.sample(range(len(lab)), k)
+        votes = Counter(lab[i] for i in sub if lab[i] >= 0)
+        if not votes:
+            scores.append(0.0)
+            continue
+        top = max(votes.values())
+        winner = rng.choice(sorted(c for c, v in votes.items() if v == top))
+        scores.append(next(cor[i] for i in range(len(lab)) if lab[i] == winner))
+    mean = sum(scores) / draws
+    return mean, math.sqrt(max(mean * (1 - mean), 1e-12) / draws)
+
+
+@pytest.mark.parametrize("sizes,abstain,k", [
+    ((20, 18, 10, 6, 4), 6, 16),  # n = 64, close race between the top two
+    ((8,) * 8, 0, 32),  # eight-way ties
+    ((3,) * 20, 4, 24),
+    ((1,) * 64, 0, 40),  # 64 distinct answers: a uniform winner, 1/64
+])
+def test_maj_at_k_against_monte_carlo_at_n_64(sizes, abstain, k):
+    lab, cor = pool_labels(sizes, abstain, seed=k)
+    got = metrics.maj_at_k(torch.tensor([lab]), torch.tensor([cor], dtype=torch.float64), k)[0].item()
+    mean, se = monte_carlo_maj(lab, cor, k, 20_000, random.Random(k))
+    assert abs(got - mean) < 4.5 * se + 1e-9, (got, mean, se)
 
 
 def test_maj_at_n_is_the_plain_vote_and_maj_at_1_is_pass_at_1():
     labels = torch.tensor([[0, 0, 1, 2], [1, 1, 0, 0], [-1, -1, -1, 3], [-1, -1, -1, -1]])
     correct = torch.tensor([[1.0, 1, 0, 0], [0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0]])
     assert metrics.maj_at_k(labels, correct, 4).tolist() == [1.0, 0.5, 1.0, 0.0]  # tie -> 1/2; abstainers skip
-    assert metrics.maj_at_k(labels, correct, 1).tolist() == metrics.pass_at_k(correct, 1).tolist()
+    assert metrics.maj_at_k(labels, correct, 1).tolist() == [0.5, 0.5, 0.25, 0.0]  # pass@1: c / n
+
+
+def test_maj_from_counts_bad_input():
+    with pytest.raises(ValueError, match="k must be"):
+        metrics.maj_from_counts([2, 1], [1.0, 0.0], 0, 4)
+    with pytest.raises(ValueError, match="one ok per class"):
+        metrics.maj_from_counts([2, 0], [1.0, 0.0], 0, 1)
 
 
 def test_bootstrap_ci():
@@ -228,6 +337,22 @@ def test_bootstrap_ci():
     assert low < low80 < high80 < high
     with pytest.raises(ValueError, match="num_samples"):
         metrics.bootstrap_ci(values, 0)
+
+
+def test_bootstrap_ci_equals_explicit_resampling():
+    """Against the textbook loop: resample problem indices, nanmean each metric, percentile interval."""
+    gen = torch.Generator().manual_seed(2)
+    values = torch.rand(3, 37, generator=gen, dtype=torch.float64)
+    values[1, ::4] = NAN
+    values[2, :36] = NAN  # a metric with one valid problem: replicates without it are NaN and left out
+    low, high = metrics.bootstrap_ci(values, 300, level=0.9, seed=7)
+    idx = torch.randint(37, (300, 37), generator=torch.Generator().manual_seed(7))
+    for m in range(3):
+        means = [statistics.fmean([x for x in values[m, row].tolist() if not math.isnan(x)] or [NAN]) for row in idx]
+        means = sorted(x for x in means if not math.isnan(x))
+        q = torch.quantile(torch.tensor(means, dtype=torch.float64), torch.tensor([0.05, 0.95], dtype=torch.float64))
+        assert low[m].item() == pytest.approx(q[0].item(), abs=1e-12)
+        assert high[m].item() == pytest.approx(q[1].item(), abs=1e-12)
 
 
 @pytest.mark.parametrize(
