@@ -1,0 +1,147 @@
+"""Every eval command printed in README.md and eval/README.md runs, as written, from a directory outside the repo.
+
+The commands are parsed from the files' ```bash blocks, so they cannot drift from what users read. Only sizes
+change: `--model X` becomes `--backend reference` (no weights offline), `--limit 2`, `--num_samples 16`,
+`--ks 1 4 16`; benchmarks load from the local copies (ORDERGRAD_LOCAL_DATA=1). Each report is then checked
+against brute force on its own scores.jsonl: the Codex closed form for pass@k / pass^k and subset enumeration
+for maj@k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO / ".." / "shared" / "data"))
+DOCS = ["README.md", "eval/README.md"]
+EVAL_ENTRY = re.compile(r"^python (-m eval\.(run|generate|score|report)\b|benchmarks/eval_throughput\.py\b)")
+
+sys.path.insert(0, str(REPO))
+from test_eval_metrics import brute_maj  # noqa: E402
+
+
+def documented_commands(doc: str) -> list[str]:
+    """Shell commands of the file's bash blocks that start an eval entry point (after env assignments)."""
+    text = (REPO / doc).read_text()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()  # trailing comments (never inside an argument here)
+            words = shlex.split(line) if line else []
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                words = words[1:]
+            if EVAL_ENTRY.match(" ".join(words)):
+                out.append(line)
+    return out
+
+
+def shrink(command: str) -> tuple[dict, list[str]]:
+    """(environment assignments, argv) with the model swapped for the reference backend and sizes shrunk."""
+    words = shlex.split(command)
+    env = {}
+    while re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    argv, i = [], 0
+    flags = {}
+    while i < len(words):
+        w = words[i]
+        values = []
+        while i + 1 + len(values) < len(words) and not words[i + 1 + len(values)].startswith("--"):
+            values.append(words[i + 1 + len(values)])
+        if w.startswith("--"):
+            flags[w] = values
+            i += 1 + len(values)
+        else:
+            argv.append(w)
+            i += 1
+    benchmark = argv[1].startswith("benchmarks/")
+    stage = "" if benchmark else argv[2]
+    if benchmark:
+        flags["--model"] = ["tiny"]
+    elif stage in ("eval.run", "eval.generate") and "--config" not in flags:  # no --model: the default model
+        flags.pop("--model", None)
+        flags["--backend"] = ["reference"]
+    if stage in ("eval.run", "eval.generate") or benchmark:
+        flags["--limit"] = ["2"]
+        flags["--num_samples"] = ["4" if benchmark else "16"]
+    if benchmark:
+        flags.update({"--max_new_tokens": ["4"], "--score_items": ["40"], "--batch_size": ["8"]})
+        flags.pop("--local_data", None)
+    if "--ks" in flags:
+        flags["--ks"] = ["1", "4", "16"]
+    for flag, values in flags.items():
+        argv += [flag, *values]
+    return env, argv
+
+
+def test_docs_list_the_eval_commands():
+    """The parser finds what a reader sees: the one-shot, stage-by-stage, multi-GPU and YAML forms."""
+    readme, eval_readme = documented_commands(DOCS[0]), documented_commands(DOCS[1])
+    assert any("eval.run" in c for c in readme)
+    assert [c.split()[2] for c in eval_readme if c.startswith("python -m")] == [
+        "eval.run", "eval.generate", "eval.score", "eval.report", "eval.run"]
+    assert any(c.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 python -m eval.run") for c in eval_readme)
+    for doc in DOCS:  # commands users copy must not depend on the repository root
+        assert not re.search(r"^\s*(\S+=\S+ )*python eval/", (REPO / doc).read_text(), flags=re.M), doc
+
+
+def check_report(run_dir: Path) -> None:
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["datasets"]
+    for name, ds in report["datasets"].items():
+        scores = [json.loads(line) for line in (run_dir / name / "scores.jsonl").read_text().splitlines()]
+        by_problem: dict[str, list] = {}
+        for row in sorted(scores, key=lambda r: r["sample"]):
+            by_problem.setdefault(row["id"], []).append(row)
+        rows = [r for r in by_problem.values() if r[0]["correct"] is not None]
+        n = ds["num_samples"]
+        assert all(len(r) == n for r in rows)
+        for k in ds["ks"]:
+            want_pass, want_hat, want_maj = [], [], []
+            for r in rows:
+                c = sum(x["correct"] for x in r)
+                want_pass.append(1 - math.comb(n - int(c), k) / math.comb(n, k))
+                want_hat.append(math.comb(int(c), k) / math.comb(n, k))
+                ids: dict = {}
+                lab = [ids.setdefault("gold" if x["correct"] else x["pred"], len(ids))
+                       if x["correct"] or x["pred"] is not None else -1 for x in r]
+                want_maj.append(brute_maj(lab, [x["correct"] for x in r], k))
+            m = ds["metrics"]
+            assert m[f"pass@{k}"]["value"] == pytest.approx(sum(want_pass) / len(rows), abs=1e-12), (name, k)
+            assert m[f"pass^{k}"]["value"] == pytest.approx(sum(want_hat) / len(rows), abs=1e-12), (name, k)
+            assert m[f"maj@{k}"]["value"] == pytest.approx(sum(want_maj) / len(rows), abs=1e-12), (name, k)
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_documented_eval_command_runs_outside_the_repo(doc, tmp_path):
+    if not (SHARED / "gsm8k_test.jsonl").is_file():
+        pytest.skip(f"public benchmark files not found in {SHARED} (set ORDERGRAD_SHARED_DATA)")
+    cwd = tmp_path / "elsewhere"  # not the repo root: `eval` must come from the installed package
+    cwd.mkdir()
+    (cwd / "my_eval.yaml").write_text("backend: reference\ndatasets: [gsm8k]\nlimit: 2\nnum_samples: 16\n"
+                                      "ks: [1, 4, 16]\noutput_dir: runs/yaml\n")
+    commands = documented_commands(doc)
+    assert commands, f"no eval command found in {doc}"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", ORDERGRAD_LOCAL_DATA="1", ORDERGRAD_SHARED_DATA=str(SHARED),
+               OMP_NUM_THREADS="1", ORDERGRAD_REWARD_WORKERS="1")
+    env.pop("PYTHONPATH", None)
+    for command in commands:
+        extra, argv = shrink(command)
+        if argv[1].startswith("benchmarks/"):
+            argv[1] = str(REPO / argv[1])  # a script path, given relative to the repo root by the docs
+        proc = subprocess.run([sys.executable, *argv[1:]], cwd=cwd, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, f"{command}\n-> {argv}\n{proc.stderr[-3000:]}"
+        if argv[2:3] in (["eval.run"], ["eval.report"]):
+            out = argv[argv.index("--output_dir") + 1] if "--output_dir" in argv else "runs/yaml"
+            check_report(cwd / out)
