@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from trl import GRPOConfig
 
 from .estimators import ESTIMATORS, bind_estimator, estimator_params
@@ -19,6 +24,44 @@ EXACT_LOSS_TYPES = {"luspo": "exactly 1", "dr_grpo": "1/max_completion_length (a
 
 # Estimator parameters that other config fields set; naming them in `ordergrad_estimator_kwargs` is an error.
 _PARAMS_FROM_FIELDS = {"objective": "ordergrad_objective", "k": "ordergrad_k", "scale": "scale_rewards"}
+
+# K when `ordergrad_k` is unset, as long as num_generations allows it (K < num_generations).
+DEFAULT_K = 4
+DEFAULT_OBJECTIVE = "TopM:2"
+
+
+class _Resolved:
+    """Marks a default that `__post_init__` filled in from other fields. `dataclasses.replace` passes every field
+    back to `__init__`; a marked value is then resolved again from the copy's fields instead of sticking."""
+
+
+class _ResolvedStr(_Resolved, str):
+    pass
+
+
+class _ResolvedInt(_Resolved, int):
+    pass
+
+
+def _unset(value) -> bool:
+    return value is None or isinstance(value, _Resolved)
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version string, or None (a function, so tests can stand in another version)."""
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def trl_vllm_range() -> SpecifierSet:
+    """The vLLM versions the installed TRL supports: its own `[vllm]` extra (`vllm>=0.22.0,<=0.31.0` in 1.16)."""
+    for requirement in importlib.metadata.requires("trl") or []:
+        match = re.match(r"\s*vllm\s*([<>=!~][^;]*);.*extra\s*==\s*.vllm.", requirement)
+        if match:
+            return SpecifierSet(match.group(1).replace(" ", ""))
+    return SpecifierSet(">=0.22.0,<=0.31.0")  # TRL 1.16.0's, should its metadata not say
 
 
 @dataclass
@@ -36,15 +79,18 @@ class OrderGradConfig(GRPOConfig):
     Parameters:
         > Parameters that control the OrderGrad objective
 
-        ordergrad_objective (`str`, *optional*, defaults to `"TopM:2"`):
+        ordergrad_objective (`str`, *optional*):
             Order-statistic objective over K rollouts: a preset (case-insensitive) such as `"Mean"`, `"ReMax"`
             (pass@K for 0/1 rewards), `"ReMin"`, `"Median"`, `"Rank:r"`, `"TopM:m"`, `"BotM:m"`, `"TrimM:m"`,
             `"WinsorizedM:m"`, `"UpperTailMean:q"`, `"LowerTailMean:q"` / `"CVaR:q"`, `"Quantile:q"`,
             `"HarrellDavis:q"`, `"GMD"`, `"LMoment:r"`, or K comma-separated weights, ascending (`"0,0,0.5,0.5"`
-            is `"TopM:2"` at K=4). Parsed by [`~ordergrad_trl.rank_weights`].
-        ordergrad_k (`int`, *optional*, defaults to `4`):
+            is `"TopM:2"` at K=4). Parsed by [`~ordergrad_trl.rank_weights`]. If `None` (default), `"TopM:2"`
+            (the mean of the best 2 of K), or `"Mean"` when K is 1.
+        ordergrad_k (`int`, *optional*):
             K, the number of rollouts the objective is defined over. Must be smaller than `num_generations`
-            (the leave-one-out baseline of a rollout needs K other rollouts of its prompt). Evaluation with
+            (the leave-one-out baseline of a rollout needs K other rollouts of its prompt). If `None` (default),
+            `min(4, num_generations - 1)`: 4 for TRL's default `num_generations=8`, so that any `num_generations`
+            works without setting K (2 and 1 at `num_generations` 3 and 2, where `TopM:2` is the mean). Evaluation with
             `num_generations_eval <= K` is allowed: the advantages there are undefined and set to 0 (the eval loss
             is only logged) and `ordergrad/objective` is logged only when `num_generations_eval >= K`.
 
@@ -87,15 +133,21 @@ class OrderGradConfig(GRPOConfig):
 
     > [!NOTE]
     > These parameters have default values different from [`~trl.GRPOConfig`], chosen so that on-policy the
-    > gradient of the loss is exactly the unbiased estimate -(1/N) sum_i A_i grad log pi(o_i) of -grad J:
-    > - `loss_type`: `"luspo"` instead of `"dapo"`. `luspo` sums each rollout's token log-probabilities (scale
-    >   exactly 1). Overrides trade as follows: `"dr_grpo"` keeps the direction, scaled by the constant
-    >   1/`max_completion_length` (compensate with the learning rate); `"dapo"`, `"bnpo"`, `"cispo"`, `"vespo"`
-    >   divide by the batch's token count, so the step size varies from batch to batch with completion length
-    >   (which correlates with reward: biased across batches; `"cispo"` also scales by `epsilon_high`);
-    >   `"grpo"` and `"sapo"` divide each rollout by its own length, which changes the direction (biased).
+    > gradient of the loss is the unbiased estimate -(1/N) sum_i A_i grad log pi(o_i) of -grad J, up to a constant:
+    > - `loss_type`: `"dr_grpo"` instead of `"dapo"`. `dr_grpo` sums each rollout's token log-probabilities and
+    >   divides by the constant N * `max_completion_length`: the unbiased gradient times 1/`max_completion_length`.
+    >   The constant keeps the gradient norm independent of the length limit and in the range of TRL's default
+    >   `dapo` (learning rates carry over), so that `max_grad_norm=1.0` clips only outliers. `"luspo"` gives the
+    >   same gradient without the constant (scale exactly 1): its norm grows with completion length and
+    >   `max_grad_norm=1.0` then clips most steps, so raise `max_grad_norm` (or set it to 0) with it (measured
+    >   in the README, "Training defaults"). `"dapo"`, `"bnpo"`, `"cispo"`, `"vespo"` divide by the batch's token
+    >   count, so the step size varies from batch to batch with completion length (which correlates with reward:
+    >   biased across batches; `"cispo"` also scales by `epsilon_high`); `"grpo"` and `"sapo"` divide each
+    >   rollout by its own length, which changes the direction (biased).
     > - `importance_sampling_level`: `None`, resolved to `"sequence"` for `luspo` (the LUSPO paper's setup) and
-    >   to TRL's `"token"` for every other loss type. On-policy both levels give the same gradient.
+    >   to TRL's `"token"` for every other loss type. On-policy both levels give the same gradient. The
+    >   resolution is redone in a copy made with `dataclasses.replace` (likewise for `ordergrad_k` and
+    >   `ordergrad_objective`).
     > - `scale_rewards`: `"none"` instead of `"group"`. The OrderGrad advantage is already centered and in reward
     >   units. `"group"` divides each group's advantages by the standard deviation of its rewards (as GRPO does):
     >   ranks and signs are kept, but each prompt is reweighted by a function of its own samples, which biases the
@@ -106,7 +158,8 @@ class OrderGradConfig(GRPOConfig):
     > adds a regularizer to J), `num_iterations=1` and `steps_per_generation == gradient_accumulation_steps`
     > (reused rollouts are off-policy; PPO clipping then biases), `mask_truncated_completions=False`,
     > `top_entropy_quantile=1.0`, `entropy_coef=0.0`. `max_grad_norm` (default `1.0`) rescales any step whose
-    > gradient norm exceeds it, which biases those steps; set `max_grad_norm=0` to disable it. With vLLM,
+    > gradient norm exceeds it, which biases those steps (with `dr_grpo` only outliers do); `max_grad_norm=0`
+    > disables it. With vLLM,
     > `vllm_importance_sampling_correction` reweights for the sampler/trainer mismatch; truncating or masking
     > extreme ratios (`vllm_importance_sampling_mode`) trades a small bias for variance, as in GRPO.
     >
@@ -118,20 +171,21 @@ class OrderGradConfig(GRPOConfig):
     # JSON strings from the command line are parsed into dicts by TrainingArguments.__post_init__
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["ordergrad_estimator_kwargs"]
 
-    ordergrad_objective: str = field(
-        default="TopM:2",
+    ordergrad_objective: str | None = field(
+        default=None,
         metadata={
             "help": "Order-statistic objective over K rollouts: a preset (Mean, ReMax/Max, ReMin/Min, Median, "
             "Rank:r, TopM:m, BotM:m, TrimM:m, WinsorizedM:m, UpperTailMean:q, LowerTailMean:q/CVaR:q, Quantile:q, "
-            "HarrellDavis:q, GMD, LMoment:r) or K comma-separated ascending weights. Defaults to 'TopM:2' (mean of "
-            "the best 2 of K)."
+            "HarrellDavis:q, GMD, LMoment:r) or K comma-separated ascending weights. If unset, 'TopM:2' (mean of "
+            "the best 2 of K), or 'Mean' when K is 1."
         },
     )
-    ordergrad_k: int = field(
-        default=4,
+    ordergrad_k: int | None = field(
+        default=None,
         metadata={
             "help": "K, the number of rollouts the objective is defined over; must be smaller than "
-            "`num_generations`. With `num_generations_eval <= K` the eval advantages are set to 0."
+            "`num_generations`. If unset, min(4, num_generations - 1). With `num_generations_eval <= K` the eval "
+            "advantages are set to 0."
         },
     )
 
@@ -168,11 +222,13 @@ class OrderGradConfig(GRPOConfig):
 
     # Parameters whose default values are overridden from GRPOConfig
     loss_type: str = field(
-        default="luspo",
+        default="dr_grpo",
         metadata={
-            "help": "Loss formulation (see GRPOConfig). Defaults to 'luspo': on-policy its gradient is exactly the "
-            "unbiased -(1/N) sum_i A_i grad log pi(o_i). 'dr_grpo' scales it by 1/max_completion_length; 'dapo', "
-            "'bnpo', 'cispo', 'vespo' by a per-batch token count; 'grpo' and 'sapo' change its direction."
+            "help": "Loss formulation (see GRPOConfig). Defaults to 'dr_grpo': on-policy its gradient is the "
+            "unbiased -(1/N) sum_i A_i grad log pi(o_i) times the constant 1/max_completion_length, with a norm "
+            "that does not grow with the length limit. 'luspo' is the same without the constant (raise "
+            "max_grad_norm with it); 'dapo', 'bnpo', 'cispo', 'vespo' scale by a per-batch token count; 'grpo' and "
+            "'sapo' change its direction."
         },
     )
     importance_sampling_level: str | None = field(
@@ -192,9 +248,16 @@ class OrderGradConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        if self.importance_sampling_level is None:
-            self.importance_sampling_level = "sequence" if self.loss_type == "luspo" else "token"
+        # Defaults that depend on other fields are resolved here and marked (`_Resolved`): a copy made with
+        # `dataclasses.replace(config, loss_type=...)` resolves them again from its own fields.
+        if _unset(self.importance_sampling_level):
+            self.importance_sampling_level = _ResolvedStr("sequence" if self.loss_type == "luspo" else "token")
         super().__post_init__()
+        self._check_vllm_version()
+        if _unset(self.ordergrad_k):
+            self.ordergrad_k = _ResolvedInt(min(DEFAULT_K, self.num_generations - 1))
+        if _unset(self.ordergrad_objective):
+            self.ordergrad_objective = _ResolvedStr(DEFAULT_OBJECTIVE if self.ordergrad_k >= 2 else "Mean")
 
         if self.ordergrad_schedule is not None:
             stages = parse_objective_schedule(self.ordergrad_schedule)
@@ -202,8 +265,9 @@ class OrderGradConfig(GRPOConfig):
                 entry = f"ordergrad_schedule[{index}]={self.ordergrad_schedule[index]!r}"
                 self._check_objective(stage.objective, stage.k, "objective", "K", entry=entry)
             self._warn_if_overridden("ordergrad_schedule", stages[0].objective, stages[0].k)
-            # the fields then name the objective training starts with, for code that reads them
-            self.ordergrad_objective, self.ordergrad_k = stages[0].objective, stages[0].k
+            # the fields then name the objective training starts with, for code that reads them (marked: they
+            # follow the schedule in a copy)
+            self.ordergrad_objective, self.ordergrad_k = _ResolvedStr(stages[0].objective), _ResolvedInt(stages[0].k)
         self._check_objective(self.ordergrad_objective, self.ordergrad_k, "ordergrad_objective", "ordergrad_k")
         if self.scale_rewards not in ("none", "group", "batch"):
             raise ValueError(
@@ -250,11 +314,23 @@ class OrderGradConfig(GRPOConfig):
     # ------------------------------------------------------------------------------------------ validation
 
     def _warn_if_overridden(self, by: str, objective: str, k: int | None):
-        defaults = self.__dataclass_fields__
-        if self.ordergrad_objective not in (defaults["ordergrad_objective"].default, objective):
+        if not isinstance(self.ordergrad_objective, _Resolved) and self.ordergrad_objective != objective:
             logger.warning("ordergrad_objective=%r is ignored: %s sets the objective.", self.ordergrad_objective, by)
-        if k is not None and self.ordergrad_k not in (defaults["ordergrad_k"].default, k):
+        if k is not None and not isinstance(self.ordergrad_k, _Resolved) and self.ordergrad_k != k:
             logger.warning("ordergrad_k=%r is ignored: %s sets K.", self.ordergrad_k, by)
+
+    def _check_vllm_version(self):
+        """With `use_vllm`, an installed vLLM outside TRL's supported range fails here, not deep in generation."""
+        found = installed_vllm_version() if self.use_vllm else None
+        if found is None:  # not installed: TRL's trainer says how to install it
+            return
+        supported = trl_vllm_range()
+        if Version(Version(found).base_version) not in supported:  # base_version: "0.24.0+cu129" is 0.24.0
+            raise ValueError(
+                f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported}. Install a "
+                f"supported one: pip install \"vllm{supported}\" (or pip install \"ordergrad-trl[vllm]\"), or set "
+                "use_vllm=False."
+            )
 
     def _check_objective(self, objective, k, objective_field: str, k_field: str, entry: str | None = None):
         """`entry` names a list entry (schedule, per-reward objectives) holding both; else two fields hold them."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import textwrap
 import warnings
 
 import torch
@@ -50,7 +51,7 @@ class OrderGradTrainer(GRPOTrainer):
 
     For each prompt, the weighted sum of the reward functions over its N = `num_generations` rollouts forms a group,
     and rollout i gets the advantage `K * lstat_advantage(group_rewards, rank_weights(objective, K))[i]` (see
-    [`~OrderGradTrainer.compute_advantages`]); with the default `loss_type="luspo"` the resulting gradient is an
+    [`~OrderGradTrainer.compute_advantages`]); with the default `loss_type="dr_grpo"` the resulting gradient is an
     unbiased estimate of the gradient of J. A rollout for which every reward function returned `None` is
     unscorable: it is left out of its group's ranking and gets advantage 0.
 
@@ -84,8 +85,38 @@ class OrderGradTrainer(GRPOTrainer):
     ```
     """
 
+    # Read by TRL's `create_model_card` (BaseTrainer), which writes README.md with every checkpoint and on push.
     _tag_names = ["trl", "grpo", "ordergrad"]
-    _name = "OrderGrad"
+    _paper = {
+        "title": "OrderGrad",
+        "id": "2606.06096",
+        "citation": textwrap.dedent("""\
+            @article{parmas2026ordergrad,
+                title        = {{OrderGrad}},
+                author       = {Parmas and others},
+                year         = 2026,
+                eprint       = {arXiv:2606.06096},
+            }"""),
+    }
+
+    @property
+    def _name(self) -> str:
+        """The method as the model card names it: OrderGrad, the objective, K and the estimator being trained."""
+        args = getattr(self, "args", None)
+        if not isinstance(args, OrderGradConfig):
+            return "OrderGrad"
+        specs = args.ordergrad_reward_specs()
+        if specs is not None:
+            names = getattr(self, "reward_func_names", None) or [f"reward function {f}" for f in range(len(specs))]
+            what = "objectives " + ", ".join(f"{o} over K={k} on {name}" for (o, k), name in zip(specs, names))
+        elif args.ordergrad_schedule is not None:
+            stages = args.ordergrad_stages()
+            what = "objective schedule " + ", ".join(f"{s.objective} over K={s.k} from step {s.start_step}"
+                                                      for s in stages)  # fmt: skip
+        else:
+            what = f"objective {args.ordergrad_objective} over K={args.ordergrad_k}"
+        n = args.num_generations
+        return f"OrderGrad ({what} of N={n} rollouts per prompt, estimator {args.ordergrad_estimator})"
 
     def __init__(self, model, reward_funcs=None, args: OrderGradConfig | None = None, *pargs, **kwargs):
         if args is None:
@@ -113,7 +144,7 @@ class OrderGradTrainer(GRPOTrainer):
         if args.loss_type not in EXACT_LOSS_TYPES:
             logger.warning(
                 "loss_type=%r: the gradient is no longer an unbiased estimate of grad J up to a constant "
-                "(see OrderGradConfig); 'luspo' (default) or 'dr_grpo' keep it unbiased.",
+                "(see OrderGradConfig); 'dr_grpo' (default) or 'luspo' keep it unbiased.",
                 args.loss_type,
             )
 
