@@ -8,6 +8,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -216,6 +218,101 @@ def test_forked_child_builds_its_own_pool():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert score([r"\boxed{8}"], ["8"]) == [1.0]  # the parent's pool still works
+
+
+# ------------------------------------------------------------------------------- budget, time-outs, busy machine
+# Measured here (math-verify 0.9, CPython 3.11): parsing this gold computes a 51,000-digit binomial, ~2.1
+# CPU-seconds (1.7 s for 150000, 2.9 s for 200000); a correct prediction is the same expression (math-verify
+# caches the parsed LaTeX in the worker, so it is cheap the second time), a wrong one is a small integer.
+SLOW_GOLD = r"\binom{170000}{85000}"
+SLOWER_GOLD = r"\binom{200000}{100000}"
+
+
+def nested_fraction(depth):
+    """1/(1+1/(1+...)): parses in ~0.5 s, but math-verify spends > 30 s refuting a wrong answer to it."""
+    text = "1"
+    for _ in range(depth):
+        text = rf"\frac{{1}}{{1+{text}}}"
+    fib = [1, 1]
+    while len(fib) < depth + 2:
+        fib.append(fib[-1] + fib[-2])
+    return text, fib[depth], fib[depth + 1]  # its value is F(depth+1) / F(depth+2)
+
+
+@pytest.fixture
+def busy_cores():
+    """One CPU-burning process per core for the test's duration (each also stops itself after 120 s)."""
+    burn = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass"
+    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(rewards._cpus())]
+    time.sleep(0.5)
+    yield len(procs)
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_slow_gold_scores_one_with_every_core_busy(busy_cores):
+    rewards.shutdown()  # fresh workers: no gold cached
+    warm_pool()
+    rewards.pop_counts()
+    preds = [rf"\boxed{{{SLOW_GOLD}}}", r"\boxed{5}"] * 2
+    out, status = score(preds, [SLOW_GOLD] * 4, return_status=True)  # default budget
+    assert out == [1.0, 0.0, 1.0, 0.0] and status == ["ok"] * 4
+    assert rewards.pop_counts() == {"scored": 4, "timeouts": 0, "unscorable": 0}
+
+
+def test_timed_out_gold_is_unscorable_counted_and_never_cached():
+    warm_pool()
+    rewards.pop_counts()
+    before = _worker_pids()
+    preds = [rf"\boxed{{{SLOWER_GOLD}}}", r"\boxed{5}"]
+    # a 2 s bound leaves math-verify a 1 s alarm: the gold's parse times out, reported as such (not a silent 0)
+    out, status = score(preds, [SLOWER_GOLD] * 2, timeout_s=2, return_status=True)
+    assert out == [None, None] and status == ["timeout", "timeout"]
+    assert rewards.pop_counts() == {"scored": 2, "timeouts": 2, "unscorable": 0}
+    assert _worker_pids() == before  # math-verify's own alarm, not the hard kill: the workers (and caches) live on
+    # the same workers, the default budget: the failure was not cached
+    assert score(preds, [SLOWER_GOLD] * 2) == [1.0, 0.0]
+    assert rewards.pop_counts()["timeouts"] == 0
+
+
+def test_gold_parse_killed_at_the_hard_bound_is_unscorable_for_its_whole_group():
+    rewards.shutdown()  # fresh workers: the gold is not cached from an earlier test
+    warm_pool()
+    rewards.pop_counts()
+    out, status = score([rf"\boxed{{{i}}}" for i in range(6)], [SLOWER_GOLD] * 6, timeout_s=0.5, return_status=True)
+    assert out == [None] * 6 and status == ["timeout"] * 6  # no item of the group retried the gold after a kill
+    assert rewards.pop_counts()["timeouts"] == 6
+    assert score([r"\boxed{3}"], ["3"]) == [1.0]
+
+
+def test_comparison_time_out_is_counted():
+    gold, num, den = nested_fraction(18)
+    preds = [rf"\boxed{{\frac{{{num}}}{{{den}}}}}", rf"\boxed{{\frac{{{num + 1}}}{{{den}}}}}"]
+    warm_pool()
+    rewards.pop_counts()
+    out, status = score(preds, [gold] * 2, timeout_s=5, return_status=True)  # alarms of 4 s: the gold fits
+    assert out == [1.0, 0.0] and status == ["ok", "timeout"]
+    assert rewards.pop_counts() == {"scored": 2, "timeouts": 1, "unscorable": 0}
+
+
+def test_unscorable_golds_are_counted():
+    rewards.pop_counts()
+    out, status = score([r"\boxed{1}"] * 3, ["", "$$", "1"], return_status=True)
+    assert out == [None, None, 1.0] and status == ["unscorable", "unscorable", "ok"]
+    assert rewards.pop_counts() == {"scored": 3, "timeouts": 0, "unscorable": 2}
+    assert rewards.pop_counts() == {"scored": 0, "timeouts": 0, "unscorable": 0}  # popped: reset
+
+
+def test_pool_size_without_sched_getaffinity(monkeypatch):
+    """macOS has no os.sched_getaffinity: fall back to os.cpu_count()."""
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    monkeypatch.delenv("ORDERGRAD_REWARD_WORKERS", raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert rewards._cpus() == 3 and rewards._default_workers() == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # "undetermined"
+    assert rewards._default_workers() == 1
 
 
 # --------------------------------------------------------------------------------------- TRL reward functions
