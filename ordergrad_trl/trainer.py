@@ -26,6 +26,7 @@ from .config import EXACT_LOSS_TYPES, OrderGradConfig
 from .schedule import ObjectiveStage
 from .estimators import bind_estimator
 from .objectives import rank_weights
+from .rewards import pop_counts as pop_reward_counts
 
 logger = logging.getLogger(__name__)
 
@@ -266,6 +267,7 @@ class OrderGradTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         advantages = self._ordergrad_advantages(rewards_per_func, group_size, mode)  # (N_global,)
+        self._log_reward_failures(mode)
 
         # The same local slice TRL takes: process p holds rows [p * n_local, (p + 1) * n_local) of the gathered batch.
         n_local = len(inputs)
@@ -286,6 +288,18 @@ class OrderGradTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(advantages.tolist())
         return output
+
+    def _log_reward_failures(self, mode: str) -> None:
+        """`ordergrad/reward_timeouts`, `ordergrad/reward_unscorable`: math-verify items (`ordergrad_trl.rewards`) of
+        this batch, summed over processes, that timed out (scored 0.0 or None) or whose gold parses to nothing
+        (None). Logged only when the batch went through `score_completions` (e.g. the `math_reward` function)."""
+        counts = pop_reward_counts()
+        local = [counts[key] for key in ("scored", "timeouts", "unscorable")]
+        local = torch.tensor(local, device=self.accelerator.device)
+        scored, timeouts, unscorable = self.accelerator.gather(local).view(-1, 3).sum(0).tolist()  # every rank calls
+        if scored:
+            self._metrics[mode]["ordergrad/reward_timeouts"].append(float(timeouts))
+            self._metrics[mode]["ordergrad/reward_unscorable"].append(float(unscorable))
 
     def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
         """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""

@@ -383,3 +383,27 @@ def test_gsm8k_reference_solutions_all_correct():
     assert score(boxed, golds) == [1.0] * 1319
     assert score([f"The answer is ${g}$." for g in golds], golds) == [1.0] * 1319
     assert sum(s == 1.0 for s in score(boxed, golds[1:] + golds[:1])) < 66
+
+
+def test_trainer_logs_time_outs_and_unscorable_items(tiny_model, tiny_tokenizer, cpu_training_args):
+    """One training step with `math_reward` on prompts whose golds are fine, slow, or empty."""
+    from datasets import Dataset
+
+    from ordergrad_trl import OrderGradConfig, OrderGradTrainer
+
+    rewards.pop_counts()
+    data = Dataset.from_dict({"prompt": ["What is 1+1?", "And 2+2?"], "answer": [SLOWER_GOLD, ""]})
+    args = OrderGradConfig(
+        **cpu_training_args, per_device_train_batch_size=6, num_generations=3, ordergrad_k=2, max_steps=1,
+        max_completion_length=4,
+    )
+    os.environ["ORDERGRAD_REWARD_TIMEOUT_S"] = "0.5"  # the slow gold's parse is killed: a time-out per rollout
+    try:
+        trainer = OrderGradTrainer(
+            model=tiny_model, reward_funcs=[math_reward], args=args, train_dataset=data, processing_class=tiny_tokenizer
+        )
+        trainer.train()
+    finally:
+        del os.environ["ORDERGRAD_REWARD_TIMEOUT_S"]
+    logged = [h for h in trainer.state.log_history if "ordergrad/reward_timeouts" in h]
+    assert logged and logged[0]["ordergrad/reward_timeouts"] == 3 and logged[0]["ordergrad/reward_unscorable"] == 3
