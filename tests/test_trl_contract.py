@@ -42,6 +42,22 @@ def test_installed_trl_is_in_the_tested_range_and_pyproject_pins_it():
     assert len(pins) == 1 and SpecifierSet(pins[0]) == TESTED_TRL_VERSIONS, (pins, TESTED_TRL_VERSIONS)
 
 
+@pytest.mark.parametrize("extra", ["vllm", "deepspeed"])
+def test_gpu_extras_pin_what_the_installed_trl_supports(extra):
+    """pyproject's [vllm] / [deepspeed] extras carry the same version ranges as TRL's own extras of that name."""
+    import importlib.metadata
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    ours = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"][extra]
+    ours = {r.name: r.specifier for r in map(Requirement, ours)}
+    trls = [Requirement(r) for r in importlib.metadata.requires("trl")]
+    trls = {r.name: r.specifier for r in trls if r.marker and r.marker.evaluate({"extra": extra})}
+    trls.pop("transformers", None)  # deepspeed extra: transformers!=5.1.0, already excluded by our transformers>=5.18
+    assert trls and ours == trls
+
+
 def test_private_method_signatures():
     calc = list(inspect.signature(GRPOTrainer._calculate_rewards).parameters)
     assert calc == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
