@@ -312,6 +312,8 @@ def generate(args: GenerateArgs, paths: PathArgs) -> dict:
     if backend_name == "reference":
         return {k: _reference_units(out / k, p, u) for k, (p, u) in work.items()}
     if len(groups) > 1:
+        if backend_name == "vllm":
+            materialize_for_vllm(source, out)  # merge an adapter once, not in every worker
         return parallel.launch_workers(args, out, backend_name, work, groups, paths.disable_tqdm)
     return generate_local(args, out, backend_name, source, work, "generations.jsonl", disable_tqdm=paths.disable_tqdm)
 

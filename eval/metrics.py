@@ -164,29 +164,45 @@ def maj_from_counts(sizes, ok, abstain: int, k: int, exact: bool = False):
     exact = exact or math.comb(n, n // 2) > 1e300
     comb = _binom_table(n, exact)  # (n + 1, n + 1): comb[m, i] = C(m, i), 0 for i > m
     zero = 0 if exact else 0.0
+    drift = np.subtract.outer(np.arange(k + 1), np.arange(k + 1))  # (k + 1, k + 1): r - s, Toeplitz index
     total = zero
     for c, (m_c, ok_c) in enumerate(zip(sizes, ok)):
         if ok_c == 0:
             continue
         others = np.array(sizes[:c] + sizes[c + 1 :], dtype=np.int64)
+        top = int(others.max(initial=0))
         inner = zero
-        for j in range(1, min(m_c, k) + 1):
+        # 1. j > every other class: no rival, no tie; all the others are one binomial (1 + x)^(n - m_c)
+        js = np.arange(top + 1, min(m_c, k) + 1)
+        js = js[k - js <= n - m_c]
+        if len(js):
+            inner += np.dot(comb[m_c, js], comb[n - m_c, k - js])
+        # 2. j <= the largest rival: the generating-function product over the classes that can reach j
+        for j in range(1, min(m_c, k, top) + 1):
             rest = k - j  # samples drawn from the other classes and the abstainers
-            big = others[others >= j]
+            big = np.sort(others[others >= j])
             small = abstain + int(others[others < j].sum())
             if rest > small + j * len(big):  # the others cannot absorb k - j draws with <= j votes each
                 continue
             poly = np.zeros((rest + 1, len(big) + 1), dtype=comb.dtype)  # (x degree, classes tied at j)
             poly[:, 0] = comb[small, : rest + 1]
-            drift = np.subtract.outer(np.arange(rest + 1), np.arange(rest + 1))  # (x, x): r - s
-            below = (drift >= 0) & (drift < j)
+            low, low_m = None, -1
             for t, m in enumerate(big.tolist()):
-                # 1. i < j votes for class d: a lower-triangular Toeplitz of C(m, i); 2. exactly j: one more tie
-                low = np.where(below, comb[m][drift.clip(0)], zero)
-                new = low @ poly
+                # f_d: i < j votes (a lower-triangular Toeplitz of C(m, i), shared by equal-size classes), or
+                # exactly j votes, one more tie (column t -> t + 1)
+                cur = poly[:, : t + 1].copy()
+                if j <= 4:  # a few shifted adds beat building the Toeplitz matrix
+                    new = cur.copy()  # i = 0
+                    for i in range(1, min(j, rest + 1)):
+                        new[i:] += comb[m, i] * cur[: rest + 1 - i]
+                else:
+                    if m != low_m:
+                        d = drift[: rest + 1, : rest + 1]
+                        low, low_m = np.where((d >= 0) & (d < j), comb[m][d.clip(0)], zero), m
+                    new = low @ cur
+                poly[:, : t + 1] = new
                 if j <= rest:
-                    new[j:, 1 : t + 2] += comb[m, j] * poly[: rest + 1 - j, : t + 1]
-                poly = new
+                    poly[j:, 1 : t + 2] += comb[m, j] * cur[: rest + 1 - j]
             ties = poly[rest]  # (T + 1,)
             inner += comb[m_c, j] * sum(ties[t] / (t + 1) if not exact else Fraction(ties[t], t + 1)
                                         for t in range(len(ties)))

@@ -141,6 +141,7 @@ def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
         "num_scored": len(scores), "tokens": tokens, "truncated": truncated, "not_generated": skipped,
         "unscored": sum(k not in scores for k in samples if k[0] in index),
         "unscorable": len({pid for (pid, _), row in scores.items() if row["correct"] is None}),
+        "timeouts": sum(row.get("status") == "timeout" for row in scores.values()),
         "missing": len(problems) * n - sum(k[0] in index and k[1] < n for k in samples),
     }
 
@@ -198,6 +199,7 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
         "missing_samples": data["missing"],
         "problems_not_generated": data["not_generated"],
         "samples_not_scored": data["unscored"],
+        "samples_timed_out": data["timeouts"],
         "mean_completion_tokens": sum(data["tokens"]) / len(data["tokens"]) if data["tokens"] else None,
         "truncated_fraction": data["truncated"] / data["num_scored"] if data["num_scored"] else None,
         "metrics": summarize(values, None, args),
@@ -217,15 +219,11 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
 
 
 def _natural(text: str):
-    return (0, float(text), "") if _is_float(text) else (1, 0.0, text)
-
-
-def _is_float(text: str) -> bool:
+    """Sort key: numbers by value (level 2 before level 10), then other labels alphabetically."""
     try:
-        float(text)
-        return True
+        return (0, float(text), "")
     except ValueError:
-        return False
+        return (1, 0.0, text)
 
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -272,6 +270,8 @@ def render_markdown(report: dict) -> str:
                if ds["problems_not_generated"] else "")
             + (f", {ds['samples_not_scored']} samples not scored yet (run eval.score)" if ds["samples_not_scored"]
                else "")
+            + (f", {ds['samples_timed_out']} samples timed out in math-verify (scored 0, or unscorable where the "
+               "gold's parse did; raise --reward_timeout_s)" if ds.get("samples_timed_out") else "")
             + (f"; mean completion {tokens:.0f} tokens, {100 * ds['truncated_fraction']:.0f}% truncated"
                if tokens is not None else "") + ".", "",
             "| metric | " + " | ".join(f"k={k}" for k in ks) + " |",

@@ -4,6 +4,7 @@ a chat template, and the one-line errors of bad input (before any model loads).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -233,3 +234,28 @@ def test_bad_input_is_one_line_naming_the_flag(tiny_model_dir, tmp_path, capsys,
     assert msg.startswith("eval.report: error: --ks 1 16") and "n = 4" in msg
     assert "--objectives" in _cli_error(capsys, report_mod.main, ["--output_dir", "r", "--objectives", "Bogus@2"])
     assert "--cvar_q" in _cli_error(capsys, report_mod.main, ["--output_dir", "r", "--cvar_q", "0"])
+
+
+# ------------------------------------------------------------------------------------------------ progress
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bars_show_on_a_terminal_only_and_can_be_disabled(tiny_model_dir, tmp_path, capfd):
+    from eval.cli import progress
+
+    term = _Terminal()
+    bar = progress(4, "generate toy", "sample", file=term)
+    bar.set_postfix_str("problems 1/2, 9 tok/s")
+    bar.update(4)
+    bar.close()
+    assert "generate toy" in term.getvalue() and "4/4" in term.getvalue() and "tok/s" in term.getvalue()
+    for kw, stream in ((dict(disable=True), _Terminal()), ({}, io.StringIO())):  # flag, or a log file
+        bar = progress(4, "generate toy", "sample", file=stream, **kw)
+        bar.update(4)
+        bar.close()
+        assert stream.getvalue() == ""
+    # the real stages under pytest (stderr captured, not a terminal): no bars in the log
+    generate(tiny_args(tiny_model_dir, limit=1, num_samples=2, max_new_tokens=2), PathArgs(str(tmp_path)))
+    assert "generate arithmetic" not in capfd.readouterr().err
