@@ -219,11 +219,15 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
 
 
 def _natural(text: str):
-    """Sort key: numbers by value (level 2 before level 10), then other labels alphabetically."""
+    return (0, float(text), "") if _is_float(text) else (1, 0.0, text)
+
+
+def _is_float(text: str) -> bool:
     try:
-        return (0, float(text), "")
+        float(text)
+        return True
     except ValueError:
-        return (1, 0.0, text)
+        return False
 
 
 # ------------------------------------------------------------------------------------------------ rendering

@@ -4,8 +4,10 @@
 
 Correctness is `ordergrad_trl.rewards.score_completions`, the function behind the training reward `math_reward`:
 math-verify in the same bounded pool of worker processes (hard wall-clock timeout per item). Per sample it writes
-`correct` (1.0 / 0.0; null when the gold does not parse), `format` (`format_reward`: exactly one closed
-`\\boxed{}`), `pred` (the normalized final answer used for majority voting) and a checksum of the completion.
+`correct` (1.0 / 0.0; null when the gold does not parse), `status` (`ok`, `timeout`: math-verify ran out of time,
+so 0.0, or null when it was the gold's parse; `unscorable`: the gold parses to nothing), `format` (`format_reward`:
+exactly one closed `\\boxed{}`), `pred` (the normalized final answer used for majority voting) and a checksum of the
+completion.
 Resumable: samples already scored (same checksum) are skipped.
 """
 
@@ -33,7 +35,8 @@ logger = logging.getLogger("eval.score")
 @dataclass
 class ScoreArgs:
     reward_timeout_s: float = field(
-        default=5.0, metadata={"help": "Hard wall-clock bound per scored sample (a slower one scores 0)."}
+        default=10.0, metadata={"help": "Hard wall-clock bound per scored sample, and per gold parse (a slower "
+                                "sample scores 0, a slower gold leaves the problem unscorable), as in training."}
     )
     reward_workers: int | None = field(
         default=None, metadata={"help": "math-verify worker processes (default: as in training, min(4, cpus))."}
@@ -60,25 +63,29 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
         # a completion changed under an existing score: rewrite the file without the stale rows
         stale = {(r["id"], int(r["sample"])) for r in todo}
         records.write_jsonl_atomic(out, [r for k, r in scored.items() if k not in stale])
-    t0 = time.perf_counter()
+    t0, failures = time.perf_counter(), {"timeout": 0, "unscorable": 0}
     bar = progress(len(todo), f"score {dataset_dir.name}", "sample", disable_tqdm)
     for start in range(0, len(todo), args.score_chunk):
         chunk = todo[start : start + args.score_chunk]
         texts = [r["completion"] for r in chunk]
-        correct = score_completions(
-            texts, [golds[r["id"]] for r in chunk], timeout_s=args.reward_timeout_s, num_workers=args.reward_workers
+        correct, status = score_completions(
+            texts, [golds[r["id"]] for r in chunk], timeout_s=args.reward_timeout_s, num_workers=args.reward_workers,
+            return_status=True,
         )
+        for s in status:
+            failures[s] = failures.get(s, 0) + 1
         fmt = format_reward(texts)
         records.append_jsonl(out, [
-            {"id": r["id"], "sample": int(r["sample"]), "correct": c, "format": f, "pred": extract_answer(t),
-             "crc": records.completion_crc(t)}
-            for r, c, f, t in zip(chunk, correct, fmt, texts)
+            {"id": r["id"], "sample": int(r["sample"]), "correct": c, "status": st, "format": f,
+             "pred": extract_answer(t), "crc": records.completion_crc(t)}
+            for r, c, st, f, t in zip(chunk, correct, status, fmt, texts)
         ])
         bar.update(len(chunk))
         logger.info("%s: scored %d/%d", dataset_dir.name, start + len(chunk), len(todo))
     bar.close()
     seconds = time.perf_counter() - t0
-    return {"scored": len(todo), "seconds": seconds, "samples_per_s": len(todo) / seconds if todo else None}
+    return {"scored": len(todo), "timeouts": failures["timeout"], "unscorable": failures["unscorable"],
+            "seconds": seconds, "samples_per_s": len(todo) / seconds if todo else None}
 
 
 def score(args: ScoreArgs, paths: PathArgs) -> dict:
