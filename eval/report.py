@@ -219,15 +219,11 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
 
 
 def _natural(text: str):
-    return (0, float(text), "") if _is_float(text) else (1, 0.0, text)
-
-
-def _is_float(text: str) -> bool:
+    """Sort key: numbers by value (level 2 before level 10), then other labels alphabetically."""
     try:
-        float(text)
-        return True
+        return (0, float(text), "")
     except ValueError:
-        return False
+        return (1, 0.0, text)
 
 
 # ------------------------------------------------------------------------------------------------ rendering
