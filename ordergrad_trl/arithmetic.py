@@ -1,7 +1,8 @@
-"""The built-in arithmetic set: seeded one-step word problems with exact integer answers, no download needed.
+"""Built-in offline task families with exact integer answers: `arithmetic` (word problems) and `digits` (bare sums).
 
-Small operands keep it within reach of a 135M model, so the CPU quickstart has a reward signal offline.
-Registered in `ordergrad_trl.data` as "arithmetic" (`load_math_dataset("arithmetic", split="train")`).
+Registered in `ordergrad_trl.data` (`load_math_dataset("digits", split="train")`). `digits` is calibrated for
+SmolLM2-135M-Instruct at T=0.7: its base pass@1 is inside (0, 1) with per-problem success spread from 0 to 1,
+which is what a group-relative RL signal needs (measured in `recipes/compare_objectives.py`, base unit).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import datasets
 
 from .data import DEFAULT_USER_TEMPLATE, MATH_SETS, _format
 
-__all__ = ["arithmetic_dataset"]
+__all__ = ["arithmetic_dataset", "digits_dataset"]
 
 _NAMES = ("Tom", "Anna", "Ben", "Maria", "Sam", "Lily", "Omar", "Priya", "Jack", "Mia")
 _ITEMS = ("apples", "oranges", "pencils", "marbles", "cookies", "stickers", "books", "balloons", "cards", "candies")
@@ -49,6 +50,81 @@ def _arithmetic_keys() -> list[tuple[str, int, int]]:
     return keys
 
 
+def _digits_keys() -> list[tuple[str, int, int]]:
+    # Operands 1..12 and exact division: single digits are easy for a 135M model, teens much harder.
+    keys = [(op, a, b) for op in "+-*" for a in range(1, 13) for b in range(1, 13)]
+    keys += [("/", b * q, b) for b in range(1, 13) for q in range(1, 13)]
+    return keys
+
+
+def _split_keys(keys: list, n_train: int, n_test: int, seed: int) -> tuple[list, list, random.Random]:
+    """Disjoint test and train keys: test draws distinct keys, train cycles through the rest (reshuffled per pass)."""
+    for field_name, value in (("n_train", n_train), ("n_test", n_test), ("seed", seed)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{field_name} must be a non-negative int, got {value!r}")
+    if n_test > len(keys) // 2:
+        raise ValueError(
+            f"n_test must be at most {len(keys) // 2} (half the {len(keys)} distinct problems), got {n_test}"
+        )
+    rng = random.Random(seed)
+    keys = list(keys)
+    rng.shuffle(keys)
+    test_keys, pool = keys[:n_test], keys[n_test:]
+    train_keys: list = []
+    while len(train_keys) < n_train:
+        rng.shuffle(pool)
+        train_keys += pool[: n_train - len(train_keys)]
+    return train_keys, test_keys, rng
+
+
+def _build(name: str, splits_keys, question_of, *, system_prompt, user_template) -> datasets.DatasetDict:
+    spec = MATH_SETS[name]
+    splits = {}
+    for split, split_keys in splits_keys:
+        columns: dict[str, list[Any]] = {k: [] for k in ("question", "answer", "id", "a", "b", "op")}
+        for i, (op, a, b) in enumerate(split_keys):
+            columns["question"].append(question_of(op, a, b))
+            columns["answer"].append(str(_OPS[op](a, b)))
+            columns["id"].append(f"{split}-{i:05d}")
+            columns["a"].append(a)
+            columns["b"].append(b)
+            columns["op"].append(op)
+        splits[split] = _format(
+            datasets.Dataset.from_dict(columns),
+            spec,
+            split,
+            system_prompt=system_prompt,
+            user_template=user_template,
+            keep_metadata=True,
+            keep_solution=False,
+            drop_unanswerable=False,
+        )
+    return datasets.DatasetDict(splits)
+
+
+def digits_dataset(
+    n_train: int = 2000,
+    n_test: int = 200,
+    seed: int = 0,
+    *,
+    system_prompt: str | None = None,
+    user_template: str = "{question}",
+) -> datasets.DatasetDict:
+    """Bare one-step sums `What is a op b?` (+, -, *, exact /; operands 1..12): 576 distinct problems, offline.
+
+    Short prompts and answers (a few tokens when the model answers directly), so a CPU run can afford many
+    rollouts. Train and test share no (op, a, b); columns as in `arithmetic_dataset`.
+    """
+    train_keys, test_keys, _ = _split_keys(_digits_keys(), n_train, n_test, seed)
+    return _build(
+        "digits",
+        (("train", train_keys), ("test", test_keys)),
+        lambda op, a, b: f"What is {a} {op} {b}?",
+        system_prompt=system_prompt,
+        user_template=user_template,
+    )
+
+
 def arithmetic_dataset(
     n_train: int = 1000,
     n_test: int = 200,
@@ -64,44 +140,15 @@ def arithmetic_dataset(
     `n_train` exceeds them. Columns: `prompt`, `answer`, `question`, `id`, and the operands `a`, `b`, `op`
     (answer == a op b).
     """
-    for field_name, value in (("n_train", n_train), ("n_test", n_test), ("seed", seed)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{field_name} must be a non-negative int, got {value!r}")
-    keys = _arithmetic_keys()
-    if n_test > len(keys) // 2:
-        raise ValueError(
-            f"n_test must be at most {len(keys) // 2} (half the {len(keys)} distinct problems), got {n_test}"
-        )
-    rng = random.Random(seed)
-    rng.shuffle(keys)
-    test_keys, pool = keys[:n_test], keys[n_test:]
-    train_keys: list[tuple[str, int, int]] = []
-    while len(train_keys) < n_train:
-        rng.shuffle(pool)
-        train_keys += pool[: n_train - len(train_keys)]
+    train_keys, test_keys, rng = _split_keys(_arithmetic_keys(), n_train, n_test, seed)
 
-    spec = MATH_SETS["arithmetic"]
-    splits = {}
-    for split, split_keys in (("train", train_keys), ("test", test_keys)):
-        columns: dict[str, list[Any]] = {k: [] for k in ("question", "answer", "id", "a", "b", "op")}
-        for i, (op, a, b) in enumerate(split_keys):
-            template = rng.choice(_TEMPLATES[op])
-            question = template.format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
-            columns["question"].append(question)
-            columns["answer"].append(str(_OPS[op](a, b)))
-            columns["id"].append(f"{split}-{i:05d}")
-            columns["a"].append(a)
-            columns["b"].append(b)
-            columns["op"].append(op)
-        raw = datasets.Dataset.from_dict(columns)
-        splits[split] = _format(
-            raw,
-            spec,
-            split,
-            system_prompt=system_prompt,
-            user_template=user_template,
-            keep_metadata=True,
-            keep_solution=False,
-            drop_unanswerable=False,
-        )
-    return datasets.DatasetDict(splits)
+    def question(op: str, a: int, b: int) -> str:
+        return rng.choice(_TEMPLATES[op]).format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
+
+    return _build(
+        "arithmetic",
+        (("train", train_keys), ("test", test_keys)),
+        question,
+        system_prompt=system_prompt,
+        user_template=user_template,
+    )

@@ -297,7 +297,20 @@ _SPECS = (
         id_field="id",
         metadata=("a", "b", "op"),
     ),
+    MathSetSpec(
+        name="digits",
+        description="built-in bare one-step sums 'What is a op b?' on operands 1..12, user message = question "
+        "(offline; calibrated for a 135M model)",
+        default_split="train",
+        question=_first_field("question"),
+        gold=_field("answer"),
+        id_field="id",
+        metadata=("a", "b", "op"),
+    ),
 )
+
+# Sets generated in ordergrad_trl/arithmetic.py: name -> builder function there
+_BUILTIN = {"arithmetic": "arithmetic_dataset", "digits": "digits_dataset"}
 
 MATH_SETS: Mapping[str, MathSetSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
 """Known sets by canonical name."""
@@ -451,7 +464,7 @@ def load_math_dataset(
     local: bool | None = None,
     data_dir: str | os.PathLike | None = None,
     system_prompt: str | None = None,
-    user_template: str = DEFAULT_USER_TEMPLATE,
+    user_template: str | None = None,
     keep_metadata: bool = True,
     keep_solution: bool = False,
     drop_unanswerable: bool = False,
@@ -471,11 +484,14 @@ def load_math_dataset(
             $ORDERGRAD_LOCAL_DATA (1/true) or False. Local benchmark files hold the test split only.
         data_dir: directory of the local files; defaults to `shared_data_dir()`.
         system_prompt: optional system message; None (default) sends only the user message.
-        user_template: user message with a `{question}` placeholder.
+        user_template: user message with a `{question}` placeholder; None (default) is `DEFAULT_USER_TEMPLATE`,
+            except for `digits`, whose default is the bare question.
         keep_metadata: keep the set's metadata columns (e.g. MATH-500 `subject`, `level`).
         keep_solution: add a `solution` column with the reference solution (sets in `REFERENCE_SOLUTION_SETS`).
         drop_unanswerable: skip rows without an extractable question or gold instead of raising ValueError.
     """
+    builtin_template = user_template
+    user_template = DEFAULT_USER_TEMPLATE if user_template is None else user_template
     fmt = dict(
         system_prompt=system_prompt,
         user_template=user_template,
@@ -508,12 +524,13 @@ def load_math_dataset(
     spec = registered
     split = split or spec.default_split
 
-    if spec.name == "arithmetic":
+    if spec.name in _BUILTIN:
         if split not in ("train", "test"):
-            raise ValueError(f"split for 'arithmetic' must be 'train' or 'test', got {split!r}")
-        from .arithmetic import arithmetic_dataset  # it formats its rows with this module's helpers
+            raise ValueError(f"split for {spec.name!r} must be 'train' or 'test', got {split!r}")
+        from . import arithmetic  # it formats its rows with this module's helpers
 
-        return arithmetic_dataset(system_prompt=system_prompt, user_template=user_template)[split]
+        template = {} if builtin_template is None else {"user_template": builtin_template}
+        return getattr(arithmetic, _BUILTIN[spec.name])(system_prompt=system_prompt, **template)[split]
 
     if local is None:
         local = os.environ.get("ORDERGRAD_LOCAL_DATA", "").strip().lower() in _TRUE

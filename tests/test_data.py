@@ -12,7 +12,7 @@ import datasets
 import pytest
 
 from ordergrad_trl import data as data_mod
-from ordergrad_trl.arithmetic import arithmetic_dataset
+from ordergrad_trl.arithmetic import arithmetic_dataset, digits_dataset
 from ordergrad_trl.data import (
     DEFAULT_USER_TEMPLATE,
     MATH_SETS,
@@ -64,7 +64,8 @@ def test_last_boxed(text, expected):
 
 
 def test_registry_names_aliases_and_unknown_name():
-    expected = {"math", "math500", "gsm8k", "aime24", "aime25", "amc23", "minerva", "olympiadbench", "arithmetic"}
+    expected = {"math", "math500", "gsm8k", "aime24", "aime25", "amc23", "minerva", "olympiadbench", "arithmetic",
+                "digits"}
     assert set(MATH_SETS) == expected
     assert get_math_set("MATH-500") is MATH_SETS["math500"]
     assert get_math_set("HuggingFaceH4/MATH-500") is MATH_SETS["math500"]
@@ -341,3 +342,32 @@ def test_arithmetic_via_registry_and_bad_sizes():
         arithmetic_dataset(n_test=10_000)
     with pytest.raises(ValueError, match="n_train must be a non-negative int"):
         arithmetic_dataset(n_train=-1)
+
+
+# ------------------------------------------------------------------------------------------------ digits
+
+
+def test_digits_answers_prompts_and_coverage():
+    dd = digits_dataset(n_train=1000, n_test=200, seed=0)
+    for split in ("train", "test"):
+        for row in dd[split]:
+            a, b, op = row["a"], row["b"], row["op"]
+            # independent oracle: Python's own arithmetic on the printed question
+            assert row["question"] == f"What is {a} {op} {b}?"
+            expected = eval(f"{a} {op} {b}")
+            assert float(row["answer"]) == expected and expected == int(expected)
+            assert 1 <= b <= 12 and (op == "/" or 1 <= a <= 12)
+            assert row["prompt"] == [{"role": "user", "content": row["question"]}]  # bare question by default
+    keys = {split: {(r["op"], r["a"], r["b"]) for r in dd[split]} for split in ("train", "test")}
+    assert len(keys["test"]) == 200 and not keys["train"] & keys["test"]
+    assert len(keys["train"] | keys["test"]) == 4 * 144  # every distinct problem is used
+    with_template = load_math_dataset("digits", split="test", user_template="Q: {question}", system_prompt="S")
+    assert with_template[0]["prompt"] == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Q: " + dd["test"][0]["question"]},
+    ]
+    assert load_math_dataset("digits", split="test").to_dict() == dd["test"].to_dict()
+    with pytest.raises(ValueError, match="split for 'digits' must be 'train' or 'test'"):
+        load_math_dataset("digits", split="validation")
+    with pytest.raises(ValueError, match="n_test must be at most 288"):
+        digits_dataset(n_test=289)
