@@ -169,7 +169,7 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
     `keep_solution`: add `solution`, the set's worked reference solution or, for sets without one (AIME, AMC,
     OlympiadBench, custom files), the gold answer in `\\boxed{}`: what `--backend reference` writes.
     """
-    from ordergrad_trl.data import DEFAULT_USER_TEMPLATE, REFERENCE_SOLUTION_SETS, load_math_dataset
+    from ordergrad_trl.data import REFERENCE_SOLUTION_SETS, load_math_dataset
 
     worked = keep_solution and dataset_key(name) in REFERENCE_SOLUTION_SETS
     ds = load_math_dataset(
@@ -178,7 +178,7 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
         local=args.local_data or None,
         data_dir=args.data_dir,
         system_prompt=args.system_prompt,
-        user_template=args.user_template or DEFAULT_USER_TEMPLATE,
+        user_template=args.user_template,  # None: the set's default
         keep_solution=worked,
     )
     if args.limit is not None:
