@@ -12,15 +12,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["MissingRunError", "UsageError", "cli", "progress", "require_run", "run_dir"]
+__all__ = ["MissingPathError", "UsageError", "cli", "progress", "require_run", "run_dir"]
 
 
 class UsageError(ValueError):
     """Bad input; the message names the flag (`--ks`, `--datasets`, ...) and what is valid."""
 
 
-class MissingRunError(UsageError, FileNotFoundError):
-    """`--output_dir` holds no run (nothing generated there yet, or a typo)."""
+class MissingPathError(UsageError, FileNotFoundError):
+    """A path given by a flag does not exist (`--model`, `--data_dir`), or `--output_dir` holds no run."""
 
 
 def cli(main: Callable[[list[str] | None], object], prog: str, argv: list[str] | None = None):
@@ -39,14 +39,14 @@ def run_dir(output_dir: str) -> Path:
 
 
 def require_run(output_dir: str, stage: str) -> tuple[Path, list[Path]]:
-    """(absolute run directory, its dataset directories); MissingRunError when there are none."""
+    """(absolute run directory, its dataset directories); MissingPathError when there are none."""
     from eval.records import dataset_dirs
 
     out = run_dir(output_dir)
     dirs = dataset_dirs(out)
     if not dirs:
         what = "no <dataset>/problems.jsonl in" if out.is_dir() else "directory not found:"
-        raise MissingRunError(f"--output_dir {output_dir}: {what} {out}; run eval.generate first (or pass the "
+        raise MissingPathError(f"--output_dir {output_dir}: {what} {out}; run eval.generate first (or pass the "
                               f"--output_dir it wrote) before eval.{stage}")
     return out, dirs
 

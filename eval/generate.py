@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as `python eval/generate.py`: import the si
 
 from eval import parallel, records  # noqa: E402
 from eval.backends import HFBackend, VLLMBackend, prompt_ids  # noqa: E402
-from eval.cli import UsageError, cli, progress, run_dir  # noqa: E402
+from eval.cli import MissingPathError, UsageError, cli, progress, run_dir  # noqa: E402
 from eval.modeling import load_tokenizer, materialize_for_vllm, resolve_model  # noqa: E402
 
 logger = logging.getLogger("eval.generate")
@@ -172,15 +172,18 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
     from ordergrad_trl.data import REFERENCE_SOLUTION_SETS, load_math_dataset
 
     worked = keep_solution and dataset_key(name) in REFERENCE_SOLUTION_SETS
-    ds = load_math_dataset(
-        name,
-        args.split,
-        local=args.local_data or None,
-        data_dir=args.data_dir,
-        system_prompt=args.system_prompt,
-        user_template=args.user_template,  # None: the set's default
-        keep_solution=worked,
-    )
+    try:
+        ds = load_math_dataset(
+            name,
+            args.split,
+            local=args.local_data or None,
+            data_dir=args.data_dir,
+            system_prompt=args.system_prompt,
+            user_template=args.user_template,  # None: the set's default
+            keep_solution=worked,
+        )
+    except FileNotFoundError as err:  # a local benchmark file: say which flags point there
+        raise MissingPathError(f"--datasets {name} with --local_data / --data_dir: {err}") from None
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
     rows = ds.to_list()

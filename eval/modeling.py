@@ -48,7 +48,9 @@ def resolve_model(model: str | None) -> ModelSource:
         # the trainer saves the tokenizer beside the adapter; it may carry a chat template the base lacks
         return ModelSource(str(model), str(base), str(path), str(path) if _has_tokenizer(path) else str(base))
     if not path.exists() and (str(model).startswith((".", "/", "~")) or os.sep * 2 in str(model)):
-        raise FileNotFoundError(f"model path not found: {model!r}")
+        from eval.cli import MissingPathError
+
+        raise MissingPathError(f"--model {model}: path not found (relative to {Path.cwd()})")
     return ModelSource(str(model), str(model), None, str(model))
 
 

@@ -223,6 +223,10 @@ def test_bad_input_is_one_line_naming_the_flag(tiny_model_dir, tmp_path, capsys,
     assert "--datasets nope" in _cli_error(capsys, gen_mod.main, ["--datasets", "nope", "--backend", "reference"])
     assert "--datasets" in _cli_error(capsys, gen_mod.main, ["--datasets", "missing.jsonl", "--backend", "reference"])
     assert "--num_samples" in _cli_error(capsys, gen_mod.main, [*ref[:-1], "0"])
+    assert "--model ./moved_checkpoint: path not found" in _cli_error(
+        capsys, gen_mod.main, ["--model", "./moved_checkpoint", "--datasets", "arithmetic"])
+    assert "--data_dir" in _cli_error(capsys, gen_mod.main, ["--datasets", "gsm8k", "--local_data", "--data_dir",
+                                                             str(tmp_path / "nowhere"), "--backend", "reference"])
     for main, stage in ((score_mod.main, "score"), (report_mod.main, "report")):
         msg = _cli_error(capsys, main, ["--output_dir", "no_such_run"])
         assert msg.startswith(f"eval.{stage}: error: --output_dir no_such_run") and "eval.generate" in msg
