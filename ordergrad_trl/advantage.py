@@ -176,12 +176,17 @@ def _out_dtype(rewards) -> torch.dtype:
 def _sort(r: torch.Tensor):
     """Sorted `(G, N)` (NaN last), order `(G, N)`, valid counts `(G,)` or None when every reward is finite."""
     xs, order = r.sort(dim=-1)
+    return xs, order, _valid_counts(xs)
+
+
+def _valid_counts(xs: torch.Tensor) -> torch.Tensor | None:
+    """`(G,)` non-NaN counts of sorted rows, None when all are finite; raises on +-inf."""
     # after sorting, -inf sits first and NaN/+inf last, so two columns decide the common all-finite case
     if bool(torch.isfinite(xs[:, 0]).all() & torch.isfinite(xs[:, -1]).all()):
-        return xs, order, None
+        return None
     if bool(torch.isinf(xs).any()):
-        raise ValueError(f"rewards of shape {tuple(r.shape)} contain +-inf; use NaN to mark unscorable")
-    return xs, order, (~torch.isnan(xs)).sum(-1)
+        raise ValueError(f"rewards of shape {tuple(xs.shape)} contain +-inf; use NaN to mark unscorable")
+    return (~torch.isnan(xs)).sum(-1)
 
 
 def lstat_value(rewards: torch.Tensor, weights: torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -228,24 +233,26 @@ def lstat_advantage(rewards: torch.Tensor, weights: torch.Tensor | Sequence[floa
         return torch.where(ones, one[:, None], zero[:, None]).reshape(rewards.shape).to(_out_dtype(rewards))
 
     # 1. sort; the gaps between sorted neighbours are all the advantage depends on
-    xs, order, valid = _sort(r)
-    gaps = xs[:, 1:] - xs[:, :-1]  # (G, N-1), >= 0; NaN after the last valid reward
-    if valid is None:
-        rows = _padded(n, n, w, xs.device, xs.dtype)[1:, 1:n]  # (2, N-1): h, hu
-        h, hu = rows[0], rows[1]
-    else:
-        gaps = torch.nan_to_num(gaps)  # padded h is 0 there, and NaN * 0 would still be NaN
-        rows = _ragged(valid, n, w, xs.dtype)[:, 1:, 1:n]  # (G, 2, N-1)
-        h, hu = rows[:, 0], rows[:, 1]
+    xs, order = r.sort(dim=-1)  # (G, N) ascending, NaN last
+    gaps = xs - xs.roll(1, -1)  # (G, N): gap t at t (0-based; t = 0 wraps around, but h_0 = hu_0 = 0)
+    rows = _padded(n, n, w, xs.device, xs.dtype)[1:, :n]  # (2, N): h and hu at t = 0..N-1, both 0 at t = 0
+    h, hu = rows[0], rows[1]
 
     # 2. include-one values up to a per-group constant, already scaled by N/(N-K): q_1 = 0, q_(t+1) = q_t + h_t gap_t
-    q = torch.nn.functional.pad(torch.cumsum(gaps * h, dim=-1), (1, 0))  # (G, N)
+    q = torch.cumsum(gaps * h, dim=-1)  # (G, N)
 
     # 3. center: mean_i q_i = v in exact arithmetic, so a = N/(N-K) (q - v) is q minus its group mean
     mean = (gaps * hu).sum(-1, keepdim=True)  # (G, 1); a row-wise sum, unlike a matmul, rounds the same at any G
+    valid = None
+    if not math.isfinite(mean.sum().item()):  # a NaN or inf reward makes some gap, hence the mean, non-finite
+        valid = _valid_counts(xs)  # raises on +-inf; None if only the gaps overflowed
     if valid is None:
         adv = q - mean  # (G, N)
     else:
+        gaps = torch.nan_to_num(xs.diff(dim=-1, prepend=xs[:, :1]))  # padded h is 0 there; NaN * 0 is still NaN
+        rows = _ragged(valid, n, w, xs.dtype)[:, 1:, :n]  # (G, 2, N)
+        q = torch.cumsum(gaps * rows[:, 0], dim=-1)
+        mean = (gaps * rows[:, 1]).sum(-1, keepdim=True)
         in_group = torch.arange(n, device=xs.device) < valid[:, None]  # (G, N)
         adv = torch.where(in_group & (valid[:, None] > len(w)), q - mean, 0.0)
 
