@@ -6,7 +6,8 @@
 Two reward kinds: 0/1 (pass/fail, what math-verify gives; `lstat_advantage` needs no sort there) and continuous
 (e.g. a weighted sum of several reward functions: one sort per group). GRPO and OrderGrad calls alternate within
 each repeat so that load from other processes hits both alike; the ratio ours/GRPO is taken per repeat and its
-median reported, with the min time of each (the least disturbed run) in microseconds. Loop: min of a few repeats.
+median reported, with the min time of each (the least disturbed run) in microseconds; "sort alone" times the
+per-group `torch.sort` by itself, the floor for continuous rewards. Loop: min of a few repeats.
 """
 
 import argparse
@@ -42,14 +43,20 @@ def once(fn, *args) -> float:
     return time.perf_counter() - start
 
 
-def paired(rewards, weights, repeats: int) -> tuple[float, float, float]:
-    """(min GRPO s, min ours s, median of per-repeat ratios ours/GRPO), calls alternating."""
-    grpo_advantage(rewards), lstat_advantage(rewards, weights)  # warm up caches and allocator
-    t_grpo, t_ours = [], []
+def sort_only(rewards: torch.Tensor) -> torch.Tensor:
+    """The per-group sort (values and order) that OrderGrad needs on continuous rewards, alone."""
+    return rewards.sort(dim=-1)
+
+
+def paired(rewards, weights, repeats: int) -> tuple[float, float, float, float]:
+    """(min GRPO s, min ours s, median of per-repeat ratios ours/GRPO, min sort s), calls alternating."""
+    grpo_advantage(rewards), lstat_advantage(rewards, weights), sort_only(rewards)  # warm up caches and allocator
+    t_grpo, t_ours, t_sort = [], [], []
     for _ in range(repeats):
         t_grpo.append(once(grpo_advantage, rewards))
         t_ours.append(once(lstat_advantage, rewards, weights))
-    return min(t_grpo), min(t_ours), statistics.median(o / g for o, g in zip(t_ours, t_grpo))
+        t_sort.append(once(sort_only, rewards))
+    return min(t_grpo), min(t_ours), statistics.median(o / g for o, g in zip(t_ours, t_grpo)), min(t_sort)
 
 
 def main():
@@ -64,9 +71,9 @@ def main():
 
     print(f"torch {torch.__version__}, device {args.device}, threads {torch.get_num_threads()}, float32 rewards, "
           f"TopM:2; times: min of {args.repeats} alternating repeats; ratio: median of per-repeat ratios")
-    print("| G | N | K | rewards | GRPO mean/std (us) | OrderGrad (us) | ours / GRPO | per-group loop (us) "
-          "| loop / ours |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| G | N | K | rewards | GRPO mean/std (us) | OrderGrad (us) | ours / GRPO | sort alone (us) "
+          "| per-group loop (us) | loop / ours |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for g in (256, 4096):
         for n in (8, 16, 64):
             for k in sorted({4, n // 2}):
@@ -74,12 +81,12 @@ def main():
                 for kind in ("0/1", "continuous"):
                     u = torch.rand(g, n, generator=gen)
                     rewards = ((u < 0.4).float() if kind == "0/1" else u).to(args.device)
-                    t_grpo, t_ours, ratio = paired(rewards, weights, args.repeats)
+                    t_grpo, t_ours, ratio, t_sort = paired(rewards, weights, args.repeats)
                     loop = "- | -"
                     if not args.no_loop and kind == "0/1":
                         t_loop = min(once(loop_advantage, rewards, weights) for _ in range(3))
                         loop = f"{t_loop * 1e6:.0f} | {t_loop / t_ours:.0f}x"
-                    times = f"{t_grpo * 1e6:.0f} | {t_ours * 1e6:.0f} | {ratio:.2f}x"
+                    times = f"{t_grpo * 1e6:.0f} | {t_ours * 1e6:.0f} | {ratio:.2f}x | {t_sort * 1e6:.0f}"
                     print(f"| {g} | {n} | {k} | {kind} | {times} | {loop} |")
 
 

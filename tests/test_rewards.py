@@ -296,6 +296,19 @@ def test_comparison_time_out_is_counted():
     assert rewards.pop_counts() == {"scored": 2, "timeouts": 1, "unscorable": 0}
 
 
+def test_a_group_of_256_long_completions():
+    """User size: one prompt's N=256 rollouts, ~12 KB of reasoning each (about 3k tokens), answers boxed at the end."""
+    rng = random.Random(1)
+    steps = "".join(f"Step {i}: we have {rng.randrange(10**6)} + {rng.randrange(10**6)}, carry on. " for i in range(280))
+    truth = [rng.random() < 0.3 for _ in range(256)]
+    answers = [r"\frac{7}{12}" if ok else rng.choice([r"\frac{5}{12}", "0.5", r"\frac{7}{13}"]) for ok in truth]
+    preds = [steps + rf"So the answer is $\boxed{{{a}}}$." for a in answers]
+    assert min(map(len, preds)) > 12_000
+    rewards.pop_counts()
+    assert score(preds, [r"\frac{7}{12}"] * 256) == [1.0 if ok else 0.0 for ok in truth]
+    assert rewards.pop_counts() == {"scored": 256, "timeouts": 0, "unscorable": 0}
+
+
 def test_unscorable_golds_are_counted():
     rewards.pop_counts()
     out, status = score([r"\boxed{1}"] * 3, ["", "$$", "1"], return_status=True)
