@@ -1,100 +1,193 @@
 """
-A real-LLM comparison on CPU: GRPO vs OrderGrad Top-2@4 vs OrderGrad LowerTailMean, same budget and seed.
+Does the objective move its own metric? GRPO vs RLOO vs Max@8 vs Top-2@4 vs a lower tail, several seeds, on CPU.
 
-Each arm trains SmolLM2-135M-Instruct on the built-in arithmetic set with `recipes/math_cvar.py` and the CPU
-quickstart config (same data order, sampling temperature, learning rate, steps and seed; only the advantage
-differs), then `eval/` scores the trained model and the untouched base model on the same held-out problems:
-pass@1, pass@8 and pass^4 with 95% bootstrap CIs over problems.
+Every arm trains SmolLM2-135M-Instruct with `recipes/math_cvar.py` and `recipes/configs/compare_objectives.yaml`
+on the built-in `digits` task (same base model, data order, sampling, learning rate and steps within a seed; only
+the advantage differs), then `eval/` samples n completions for each held-out problem. A unit (arm x seed, plus the
+untouched base model) writes its small result to `recipes/assets/compare_objectives/<unit>.json` as soon as it
+finishes, so the run resumes where it stopped: rerun the same command and only the missing units run.
 
-    python recipes/compare_objectives.py                                   # ~40 minutes on 2 CPU cores
-    python recipes/compare_objectives.py --max_steps 1 --eval_problems 2   # smoke run
+    python recipes/compare_objectives.py                # every unit still missing, two at a time (one per core)
+    python recipes/compare_objectives.py --units grpo-s0 max8-s0     # just these
+    python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
+    python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
-Arms (all with the quickstart's luspo loss, so the policy-gradient estimator is the only difference):
-- `grpo`: TRL's GRPO advantage, (r - group mean) / group std (`--ordergrad_estimator grpo --scale_rewards group`);
-- `top2of4`: OrderGrad `TopM:2`, K=4 (the mean of the best 2 of 4 answers);
-- `cvar`: OrderGrad `LowerTailMean:0.5`, K=2 (the worse of 2 answers), the quickstart's objective.
-Writes `<output_dir>/summary.{md,json}`.
+Arms (luspo loss: the loss gradient is exactly -(1/N) sum_i A_i grad log pi, so the advantage is the only
+difference):
+- `grpo`: TRL's GRPO, (r - group mean) / group std (`--ordergrad_estimator grpo --scale_rewards group`);
+- `rloo`: OrderGrad `Mean` at K=1, i.e. RLOO (the expected reward);
+- `max8`: OrderGrad `ReMax` at K=8 (best of 8: pass@8 for 0/1 rewards);
+- `top2of4`: OrderGrad `TopM:2` at K=4 (mean of the best 2 of 4);
+- `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards).
+Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
+1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`), 95% bootstrap CIs resampling seeds and problems.
 """
+
+from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "recipes" / "configs" / "cpu_quickstart.yaml"
+CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
+ASSETS = REPO / "recipes" / "assets" / "compare_objectives"
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
+    "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
+    "max8": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "8"],
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
-    "cvar": ["--ordergrad_objective", "LowerTailMean:0.5", "--ordergrad_k", "2"],
+    "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
 }
-METRICS = ("pass@1", "pass@8", "pass^4")
+SEEDS = (0, 1, 2)
+SCHEMA = 1
 
 
-def run(cmd: list[str], log: Path) -> None:
+def unit_names(arms, seeds) -> list[str]:
+    return ["base"] + [f"{arm}-s{seed}" for seed in seeds for arm in arms]  # seed-major: every arm gets seed 0 first
+
+
+def run(cmd: list[str], log: Path, env: dict) -> None:
     print("$", " ".join(cmd), flush=True)
     with log.open("w") as f:
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, cwd=REPO)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    if proc.returncode != 0:
+        tail = log.read_text()[-3000:]
+        raise RuntimeError(f"command failed ({proc.returncode}), log {log}:\n{tail}")
+
+
+def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
+    """Train one arm x seed; returns the model directory and the per-step training log."""
+    arm, seed = unit.rsplit("-s", 1)
+    model_dir = work / "model"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(REPO / "recipes" / "math_cvar.py"), "--config", str(args.config), "--output_dir", str(model_dir),
+           "--seed", seed, "--eval_before_training", "false", "--max_eval_samples", "0", *ARMS[arm],
+           *args.train_overrides]  # fmt: skip
+    if args.model_name_or_path:
+        cmd += ["--model_name_or_path", args.model_name_or_path]
+    run(cmd, work / "train.log", env)
+    history = json.loads((model_dir / "trainer_state.json").read_text())["log_history"]
+    keep = ("step", "reward", "reward_std", "grad_norm", "loss", "ordergrad/objective",
+            "ordergrad/frac_zero_adv_groups", "completions/mean_length")  # fmt: skip
+    steps = [{k: row[k] for k in keep if k in row} for row in history if "reward" in row]
+    return str(model_dir), steps
+
+
+def evaluate(model: str, work: Path, args, cfg: dict, env: dict) -> dict:
+    """Sample n completions per held-out problem; returns per-problem correct counts."""
+    out = work / "eval"
+    cmd = [sys.executable, "-m", "eval.run", "--model", model, "--datasets", cfg["dataset_name"],
+           "--split", cfg["dataset_test_split"], "--limit", str(args.eval_problems),
+           "--num_samples", str(args.num_samples), "--ks", "1", str(args.num_samples),
+           "--temperature", str(cfg["temperature"]), "--max_new_tokens", str(cfg["max_completion_length"]),
+           "--seed", "0", "--batch_size", str(args.eval_batch_size), "--disable_tqdm", "--output_dir", str(out)]  # fmt: skip
+    if cfg.get("system_prompt"):
+        cmd += ["--system_prompt", cfg["system_prompt"]]
+    run(cmd, work / "eval.log", env)
+    from eval.records import dataset_dirs, read_jsonl
+
+    (dataset_dir,) = dataset_dirs(out)
+    counts: dict[str, list[int]] = {}
+    for row in read_jsonl(dataset_dir / "scores.jsonl"):
+        c = counts.setdefault(row["id"], [0, 0])
+        if row["sample"] < args.num_samples and row.get("correct") is not None:
+            c[0] += int(row["correct"] > 0.5)
+            c[1] += 1
+    ids = sorted(counts)
+    return {"problem_ids": ids, "correct": [counts[i][0] for i in ids], "scored": [counts[i][1] for i in ids]}
+
+
+def run_unit(unit: str, args, cfg: dict) -> None:
+    work = Path(args.work_dir).resolve() / unit
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    start = time.time()
+    if unit == "base":
+        from ordergrad_trl.models import resolve_default_model
+
+        model, steps = args.model_name_or_path or resolve_default_model(), []
+    else:
+        model, steps = train(unit, work, args, env)
+    result = {
+        "schema": SCHEMA,
+        "unit": unit,
+        "arm": unit.rsplit("-s", 1)[0],
+        "seed": None if unit == "base" else int(unit.rsplit("-s", 1)[1]),
+        "config": cfg,
+        "train_overrides": args.train_overrides,
+        "train_log": steps,
+        "num_samples": args.num_samples,
+        "eval": evaluate(model, work, args, cfg, env),
+        "wall_s": round(time.time() - start, 1),
+    }
+    assets = Path(args.assets_dir)
+    assets.mkdir(parents=True, exist_ok=True)
+    tmp = assets / f".{unit}.json.tmp"
+    tmp.write_text(json.dumps(result, separators=(",", ":")) + "\n")
+    os.replace(tmp, assets / f"{unit}.json")  # a unit is either absent or complete
+    print(f"[{unit}] done in {result['wall_s']:.0f} s -> {assets / f'{unit}.json'}", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default="outputs/compare_objectives")
-    parser.add_argument("--max_steps", type=int, default=12)
-    parser.add_argument("--learning_rate", type=float, default=1e-5)
-    parser.add_argument("--eval_problems", type=int, default=32)
-    parser.add_argument("--num_samples", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--units", nargs="*", help="units to run (default: every missing one), e.g. grpo-s0 base")
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
+    parser.add_argument("--config", default=str(CONFIG), help="training config shared by every arm")
+    parser.add_argument("--model_name_or_path", default=None, help="base model (default: the config's)")
+    parser.add_argument("--eval_problems", type=int, default=200)
+    parser.add_argument("--num_samples", type=int, default=16)
+    parser.add_argument("--eval_batch_size", type=int, default=128)
+    parser.add_argument("--jobs", type=int, default=2, help="units run at once (one per core is fastest on CPU)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each unit's processes")
+    parser.add_argument("--work_dir", default=str(REPO / "outputs" / "compare_objectives"))
+    parser.add_argument("--assets_dir", default=str(ASSETS))
+    parser.add_argument("--summarize", action="store_true", help="only build the summary from finished units")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: 2 steps, 2 problems, 4 samples")
+    parser.add_argument("--train_overrides", nargs=argparse.REMAINDER, default=[],
+                        help="extra recipe arguments for every arm, e.g. --train_overrides --max_steps 10")  # fmt: skip
     args = parser.parse_args()
-    out = (REPO / args.output_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    quickstart = yaml.safe_load(CONFIG.read_text())
+    cfg_overrides = {}
+    if args.smoke:
+        args.eval_problems, args.num_samples = 2, 4
+        args.train_overrides = ["--max_steps", "1", "--max_completion_length", "8", *args.train_overrides]
+        cfg_overrides = {"max_completion_length": 8}
+    cfg = {**yaml.safe_load(Path(args.config).read_text()), **cfg_overrides}
+    cfg = {k: cfg[k] for k in ("dataset_name", "dataset_test_split", "temperature", "max_completion_length",
+                               "system_prompt", "num_generations", "learning_rate", "max_steps",
+                               "per_device_train_batch_size", "gradient_accumulation_steps") if k in cfg}  # fmt: skip
+    sys.path.insert(0, str(REPO))  # eval/ and ordergrad_trl from this checkout
+    from compare_summary import summarize  # recipes/compare_summary.py, beside this file
 
-    # 1. Train every arm from the same base model, data order and seed
-    from ordergrad_trl.models import resolve_default_model
+    if not args.summarize:
+        todo = args.units or unit_names(args.arms, args.seeds)
+        unknown = [u for u in todo if u != "base" and (u.rsplit("-s", 1)[0] not in ARMS or "-s" not in u)]
+        if unknown:
+            parser.error(f"--units {unknown}: names are base or ARM-sSEED with ARM in {list(ARMS)}")
+        missing = [u for u in todo if not (Path(args.assets_dir) / f"{u}.json").exists()]
+        print(f"{len(todo) - len(missing)} of {len(todo)} units done; running {missing}", flush=True)
+        # Units are independent processes; a failed one is reported and the others go on.
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = {pool.submit(run_unit, unit, args, cfg): unit for unit in missing}
+            failed = []
+            for future in as_completed(futures):
+                if future.exception() is not None:
+                    failed.append(futures[future])
+                    print(f"[{futures[future]}] FAILED: {future.exception()}", flush=True)
+        if failed:
+            summarize(Path(args.assets_dir), args.arms)
+            raise SystemExit(f"units failed: {failed} (rerun the same command to retry them)")
 
-    models = {"base": resolve_default_model()}
-    for arm, overrides in ARMS.items():
-        model_dir = out / arm / "model"
-        if not (model_dir / "model.safetensors").exists():
-            (out / arm).mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-                   "--mixed_precision", "no", "--dynamo_backend", "no", "recipes/math_cvar.py", "--config", str(CONFIG),
-                   "--output_dir", str(model_dir), "--max_steps", str(args.max_steps), "--seed", str(args.seed),
-                   "--learning_rate", str(args.learning_rate),
-                   "--eval_before_training", "false", "--max_eval_samples", "2", *overrides]  # fmt: skip
-            run(cmd, out / arm / "train.log")
-        models[arm] = str(model_dir)
-
-    # 2. Evaluate all of them on the same held-out problems, sampling as in training
-    results = {}
-    for arm, model in models.items():
-        eval_dir = out / arm / "eval"
-        cmd = [sys.executable, "-m", "eval.run", "--model", model, "--datasets", "arithmetic",
-               "--limit", str(args.eval_problems), "--num_samples", str(args.num_samples), "--ks", "1", "4", "8",
-               "--temperature", str(quickstart["temperature"]), "--max_new_tokens",
-               str(quickstart["max_completion_length"]), "--system_prompt", quickstart["system_prompt"],
-               "--seed", "0", "--output_dir", str(eval_dir)]  # fmt: skip
-        (out / arm).mkdir(parents=True, exist_ok=True)
-        run(cmd, out / arm / "eval.log")
-        report = json.loads((eval_dir / "report.json").read_text())
-        results[arm] = report["datasets"]["arithmetic"]["metrics"]
-
-    # 3. One table
-    lines = ["| arm | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
-    for arm, metrics in results.items():
-        cells = []
-        for name in METRICS:
-            m = metrics.get(name)
-            cells.append("n/a" if m is None else f"{100 * m['value']:.1f} [{100 * m['ci'][0]:.1f}, {100 * m['ci'][1]:.1f}]")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    table = "\n".join(lines)
-    (out / "summary.md").write_text(table + "\n")
-    (out / "summary.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
-    print(table)
+    summarize(Path(args.assets_dir), args.arms)
 
 
 if __name__ == "__main__":

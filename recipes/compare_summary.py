@@ -1,0 +1,176 @@
+"""Summary of `recipes/compare_objectives.py`: pass@k and pass^k curves per arm with bootstrap CIs, and a figure.
+
+Reads the per-unit JSON files (`<arm>-s<seed>.json`, `base.json`) and writes, beside that folder,
+`compare_objectives.json` (every number), `compare_objectives.md` (a table) and `compare_objectives.png`.
+
+Statistics. A problem's pass@k and pass^k are the unbiased U-statistics of its c correct of n samples
+(`lstat_value` with `ReMax` / `ReMin` weights: 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k)). An arm's value is the mean
+over its seeds and the held-out problems. The 95% CIs are percentile bootstraps that resample seeds and problems
+together (problems are shared by every arm, so differences between arms are paired); the half-width of a
+difference's CI is roughly the smallest effect the run could have detected.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ordergrad_trl import lstat_value, rank_weights
+
+BOOTSTRAP = 2000
+METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
+
+
+def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
+    """`(..., P)` correct counts of n samples -> {metric: `(..., P, n)`} per-problem values at k = 1..n."""
+    groups = (torch.arange(n)[None, :] >= n - torch.arange(n + 1)[:, None]).double()  # (n+1, n): c ones
+    out = {}
+    for metric, preset in METRICS.items():
+        table = torch.stack([lstat_value(groups, rank_weights(preset, k)) for k in range(1, n + 1)], -1)  # (n+1, n)
+        out[metric] = table[correct.long()]
+    return out
+
+
+def _ci(samples: torch.Tensor) -> list[list[float]]:
+    """`(B, n)` bootstrap draws -> per-k [low, high] 95% percentile interval."""
+    q = torch.quantile(samples, torch.tensor([0.025, 0.975], dtype=samples.dtype), dim=0)  # (2, n)
+    return q.T.tolist()
+
+
+def load_units(assets: Path) -> dict[str, dict]:
+    units = {}
+    for path in sorted(assets.glob("*.json")):
+        unit = json.loads(path.read_text())
+        units[unit["unit"]] = unit
+    return units
+
+
+def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
+    units = load_units(assets)
+    trained = {arm: sorted((u for u in units.values() if u["arm"] == arm), key=lambda u: u["seed"]) for arm in arms}
+    trained = {arm: us for arm, us in trained.items() if us}
+    if not trained:
+        print(f"no finished units in {assets}")
+        return None
+    any_unit = next(iter(units.values()))
+    n, ids = any_unit["num_samples"], any_unit["eval"]["problem_ids"]
+    for u in units.values():
+        if u["eval"]["problem_ids"] != ids or u["num_samples"] != n or min(u["eval"]["scored"]) != n:
+            raise ValueError(f"unit {u['unit']}: other problems or samples than {any_unit['unit']}; rerun it")
+    gen = torch.Generator().manual_seed(seed)
+    num_p = len(ids)
+    prob_idx = torch.randint(num_p, (BOOTSTRAP, num_p), generator=gen)  # (B, P), shared by all arms: paired
+
+    summary: dict = {"num_problems": num_p, "num_samples": n, "ks": list(range(1, n + 1)), "arms": {}}
+    draws: dict[str, dict[str, torch.Tensor]] = {}
+    seed_draws: dict[int, torch.Tensor] = {}
+    for arm, us in [("base", [units["base"]] if "base" in units else [])] + list(trained.items()):
+        if not us:
+            continue
+        correct = torch.tensor([u["eval"]["correct"] for u in us])  # (S, P)
+        per = curves(correct, n)  # metric -> (S, P, n)
+        if len(us) not in seed_draws:  # arms with as many seeds share their draws: seed s pairs with seed s
+            seed_draws[len(us)] = torch.randint(len(us), (BOOTSTRAP, len(us)), generator=gen)  # (B, S)
+        seed_idx = seed_draws[len(us)]
+        entry = {"seeds": [u["seed"] for u in us], "wall_s": [u["wall_s"] for u in us]}
+        draws[arm] = {}
+        for metric, values in per.items():
+            # (B, S, P, n) would be large: average problems first within each seed, per bootstrap draw
+            by_seed = torch.stack([values[:, idx].mean(1) for idx in prob_idx])  # (B, S, n)
+            boot = torch.gather(by_seed, 1, seed_idx[:, :, None].expand(-1, -1, n)).mean(1)  # (B, n)
+            draws[arm][metric] = boot
+            entry[metric] = {"value": values.mean((0, 1)).tolist(), "ci": _ci(boot),
+                             "per_seed": values.mean(1).tolist()}  # fmt: skip
+        if us[0]["train_log"]:
+            steps = [row["step"] for row in us[0]["train_log"]]
+            rewards = torch.tensor([[row["reward"] for row in u["train_log"]] for u in us])  # (S, steps)
+            entry["train_reward"] = {"step": steps, "mean": rewards.mean(0).tolist(), "per_seed": rewards.tolist()}
+        summary["arms"][arm] = entry
+    for ref in ("grpo", "base"):
+        if ref not in draws:
+            continue
+        for arm in draws:
+            if arm == ref:
+                continue
+            for metric in METRICS:
+                diff = draws[arm][metric] - draws[ref][metric]  # (B, n), paired over problems
+                value = torch.tensor(summary["arms"][arm][metric]["value"]) - torch.tensor(
+                    summary["arms"][ref][metric]["value"]
+                )
+                summary["arms"][arm].setdefault(f"minus_{ref}", {})[metric] = {"value": value.tolist(), "ci": _ci(diff)}
+
+    out = assets.parent / f"{assets.name}.json"
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    (assets.parent / f"{assets.name}.md").write_text(table(summary) + "\n")
+    plot(summary, assets.parent / f"{assets.name}.png")
+    print(table(summary))
+    return summary
+
+
+def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
+    ks = [k for k in ks if k <= summary["num_samples"]]
+    head = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks[1:]]
+    lines = ["| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    for arm, entry in summary["arms"].items():
+        cells = []
+        for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
+            for k in kk:
+                v, (lo, hi) = entry[metric]["value"][k - 1], entry[metric]["ci"][k - 1]
+                cells.append(f"{100 * v:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]")
+        lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"{summary['num_problems']} held-out problems x {summary['num_samples']} samples; 95% bootstrap CIs "
+                 "over seeds and problems. Differences vs GRPO (percentage points, paired):")  # fmt: skip
+    lines.append("")
+    lines.append("| arm | " + " | ".join(head) + " |")
+    lines.append("|---|" + "---|" * len(head))
+    for arm, entry in summary["arms"].items():
+        if "minus_grpo" not in entry:
+            continue
+        cells = []
+        for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
+            for k in kk:
+                d = entry["minus_grpo"][metric]
+                v, (lo, hi) = d["value"][k - 1], d["ci"][k - 1]
+                cells.append(f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no figure (pip install matplotlib)")
+        return False
+    ks = summary["ks"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for arm, entry in summary["arms"].items():
+        style = dict(color="black", linestyle="--") if arm == "base" else {}
+        for ax, metric in zip(axes[:2], METRICS):
+            value, ci = entry[metric]["value"], entry[metric]["ci"]
+            (line,) = ax.plot(ks, value, marker=".", label=f"{arm} ({len(entry['seeds'])} seeds)", **style)
+            ax.fill_between(ks, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15)
+        if "train_reward" in entry:
+            tr = entry["train_reward"]
+            axes[2].plot(tr["step"], tr["mean"], label=arm, **style)
+    for ax, metric in zip(axes[:2], METRICS):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[2].set_xlabel("optimizer step")
+    axes[2].set_ylabel("training reward (mean over seeds)")
+    axes[2].grid(alpha=0.3)
+    fig.suptitle(f"SmolLM2-135M-Instruct, {summary['num_problems']} held-out problems x {summary['num_samples']} "
+                 "samples, 95% bootstrap CI over seeds and problems")  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

@@ -1,0 +1,88 @@
+"""recipes/compare_objectives.py: curves against closed forms, the bootstrap summary, and a tiny end-to-end run."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "recipes"))
+
+import compare_summary  # noqa: E402
+
+
+def test_curves_match_closed_forms():
+    n = 16
+    correct = torch.arange(n + 1)  # every possible count
+    per = compare_summary.curves(correct, n)
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert per["pass@k"][c, k - 1].item() == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k), abs=1e-12)
+            assert per["pass^k"][c, k - 1].item() == pytest.approx(math.comb(c, k) / math.comb(n, k), abs=1e-12)
+
+
+def _unit(unit, correct, n, steps=()):
+    arm, _, seed = unit.partition("-s")
+    return {
+        "schema": 1, "unit": unit, "arm": arm, "seed": int(seed) if seed else None, "num_samples": n,
+        "train_log": [{"step": i + 1, "reward": r} for i, r in enumerate(steps)], "wall_s": 1.0,
+        "eval": {"problem_ids": [f"p{i}" for i in range(len(correct))], "correct": correct, "scored": [n] * len(correct)},
+    }  # fmt: skip
+
+
+def test_summary_values_cis_and_paired_differences(tmp_path):
+    n, gen = 8, torch.Generator().manual_seed(0)
+    assets = tmp_path / "units"
+    assets.mkdir()
+    counts = {u: torch.randint(0, n + 1, (30,), generator=gen).tolist() for u in ("base", "rloo-s0", "rloo-s1")}
+    counts["grpo-s0"], counts["grpo-s1"] = counts["rloo-s0"], counts["rloo-s1"]  # identical arms: difference 0
+    for unit, c in counts.items():
+        (assets / f"{unit}.json").write_text(json.dumps(_unit(unit, c, n, steps=() if unit == "base" else (0.1, 0.2))))
+    summary = compare_summary.summarize(assets, ["grpo", "rloo"])
+    rloo = summary["arms"]["rloo"]
+    # value: mean over seeds and problems of the closed form
+    k = 4
+    expected = sum(1 - math.comb(n - c, k) / math.comb(n, k) for u in ("rloo-s0", "rloo-s1") for c in counts[u]) / 60
+    assert rloo["pass@k"]["value"][k - 1] == pytest.approx(expected, abs=1e-12)
+    lo, hi = rloo["pass@k"]["ci"][k - 1]
+    assert lo < expected < hi
+    assert rloo["minus_grpo"]["pass@k"]["ci"][k - 1] == [0.0, 0.0]  # paired resampling of the same problems
+    assert rloo["train_reward"]["mean"] == pytest.approx([0.1, 0.2])
+    for name in ("compare_objectives.json", "compare_objectives.md"):
+        assert not (tmp_path / name).exists()  # outputs are named after the folder
+    assert (tmp_path / "units.json").exists() and "| rloo | 2 |" in (tmp_path / "units.md").read_text()
+
+
+def test_summary_refuses_mismatched_units(tmp_path):
+    assets = tmp_path / "units"
+    assets.mkdir()
+    (assets / "grpo-s0.json").write_text(json.dumps(_unit("grpo-s0", [1, 2], 4)))
+    (assets / "rloo-s0.json").write_text(json.dumps(_unit("rloo-s0", [1, 2, 3], 4)))
+    with pytest.raises(ValueError, match="other problems or samples"):
+        compare_summary.summarize(assets, ["grpo", "rloo"])
+
+
+def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
+    assets, work = tmp_path / "cmp", tmp_path / "work"
+    cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), "--smoke", "--arms", "max8",
+           "--seeds", "0", "--model_name_or_path", str(tiny_model_dir), "--threads", "1",
+           "--assets_dir", str(assets), "--work_dir", str(work)]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    units = {p.stem: json.loads(p.read_text()) for p in assets.glob("*.json")}
+    assert set(units) == {"base", "max8-s0"}
+    for unit in units.values():
+        assert unit["schema"] == 1 and unit["num_samples"] == 4 and len(unit["eval"]["correct"]) == 2
+    assert [row["step"] for row in units["max8-s0"]["train_log"]] == [1]
+    summary = json.loads((tmp_path / "cmp.json").read_text())
+    assert set(summary["arms"]) == {"base", "max8"} and summary["ks"] == [1, 2, 3, 4]
+    assert (tmp_path / "cmp.md").exists()
+    # resume: nothing left to run, so a rerun only summarizes
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0 and "2 of 2 units done; running []" in again.stdout
