@@ -169,11 +169,14 @@ class _Pool:
         chunk = max(1, min(32, -(-n // (4 * len(self.workers)))))
         while left:
             for k, w in enumerate(self.workers):  # hand a chunk to every idle worker
-                while todo and golds[todo[0]] in failed_golds:  # no second try in this call
+                ids = []
+                while w.ready and not w.pending and todo and len(ids) < chunk:
                     i = todo.popleft()
-                    out[i], status[i], left = None, "timeout", left - 1
-                if w.ready and not w.pending and todo:
-                    ids = [todo.popleft() for _ in range(min(chunk, len(todo)))]
+                    if golds[i] in failed_golds:  # no second try in this call
+                        out[i], status[i], left = None, "timeout", left - 1
+                    else:
+                        ids.append(i)
+                if ids:
                     try:
                         w.conn.send((timeout_s, [(i, preds[i], golds[i]) for i in ids]))
                     except OSError:  # it died while idle: none of these items ran there

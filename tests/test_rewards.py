@@ -280,10 +280,11 @@ def test_gold_parse_killed_at_the_hard_bound_is_unscorable_for_its_whole_group()
     rewards.shutdown()  # fresh workers: the gold is not cached from an earlier test
     warm_pool()
     rewards.pop_counts()
-    out, status = score([rf"\boxed{{{i}}}" for i in range(6)], [SLOWER_GOLD] * 6, timeout_s=0.5, return_status=True)
-    assert out == [None] * 6 and status == ["timeout"] * 6  # no item of the group retried the gold after a kill
+    preds, golds = [rf"\boxed{{{i}}}" for i in range(6)] + [r"\boxed{3}"] * 2, [SLOWER_GOLD] * 6 + ["3"] * 2
+    out, status = score(preds, golds, timeout_s=0.5, return_status=True)
+    assert out == [None] * 6 + [1.0] * 2  # no item of the group retried the gold after a kill; others unaffected
+    assert status == ["timeout"] * 6 + ["ok"] * 2
     assert rewards.pop_counts()["timeouts"] == 6
-    assert score([r"\boxed{3}"], ["3"]) == [1.0]
 
 
 def test_comparison_time_out_is_counted():
