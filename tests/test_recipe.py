@@ -1,12 +1,15 @@
 """The math recipe: every YAML config parses, the signal-count helper is right, and 2 steps run end to end."""
 
 import importlib.util
+import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "math_cvar.py"
@@ -73,6 +76,18 @@ def test_recipe_runs_two_steps_offline(tiny_model_dir, tmp_path):
     ]  # fmt: skip
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "only groups with 2 to 7 successes get a learning signal" in result.stdout
+    assert "only groups with 1 to 5 successes get a learning signal" in result.stdout
     assert "eval reward:" in result.stdout and "before ->" in result.stdout
+    # pass@1 with a 95% CI over the 2 eval problems, before and after, and the paired change
+    assert "eval math reward (pass@1, 2 problems x 3 samples, 95% CI):" in result.stdout
+    assert "after; change" in result.stdout
     assert (out / "model.safetensors").exists()
+    state = json.loads((out / "trainer_state.json").read_text())  # the per-step log, even without checkpoints
+    assert [row["step"] for row in state["log_history"] if "reward" in row] == [1, 2]
+
+
+def test_eval_rewards_ci_is_a_normal_interval_over_problems(recipe):
+    values = torch.tensor([0.0, 0.25, 0.5, 1.0], dtype=torch.float64)
+    lo, hi = recipe._ci95(values)
+    half = 1.96 * statistics.stdev(values.tolist()) / 2  # sqrt(4 problems)
+    assert (lo, hi) == pytest.approx((values.mean().item() - half, values.mean().item() + half), abs=1e-12)
