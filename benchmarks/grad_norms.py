@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -73,7 +72,7 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quickstart")
     parser.add_argument("--config", default=str(REPO / "recipes" / "configs" / "cpu_quickstart.yaml"))
     parser.add_argument("--json", help="write the per-step numbers and the summary to this file")
-    parser.add_argument("--log", help="keep the recipe's full output in this file")
+    parser.add_argument("--log", help="write the recipe's output to this file as it runs (default: a temp file)")
     parser.add_argument("overrides", nargs="*", help="extra recipe arguments (after --)")
     args = parser.parse_args(argv)
 
@@ -85,13 +84,14 @@ def main(argv=None) -> int:
             "--output_dir", str(Path(tmp) / "out"), *args.overrides, "--max_grad_norm", "1e9",
         ]  # fmt: skip
         print("$", " ".join(cmd), flush=True)
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=dict(os.environ))
-    if args.log:
-        Path(args.log).write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
-    if result.returncode != 0:
-        print(result.stdout[-2000:], result.stderr[-4000:], sep="\n", file=sys.stderr)
-        return result.returncode
-    rows = parse_logs(result.stdout + "\n" + result.stderr)
+        log = Path(args.log) if args.log else Path(tmp) / "run.log"
+        with open(log, "w") as stream:  # streamed, so a long run can be followed with `tail -f`
+            returncode = subprocess.run(cmd, stdout=stream, stderr=subprocess.STDOUT, cwd=REPO).returncode
+        text = log.read_text()
+    if returncode != 0:
+        print(text[-4000:], file=sys.stderr)
+        return returncode
+    rows = parse_logs(text)
     if not rows:
         print("no training-step logs with grad_norm found", file=sys.stderr)
         return 1

@@ -117,7 +117,7 @@ def report(classes: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trainer", choices=["both", "grpo", "ordergrad"], default="both")
-    parser.add_argument("--output", default="trl_suite_results", help="directory for logs, JUnit files, summary")
+    parser.add_argument("--output", default="outputs/trl_suite", help="directory for logs, JUnit files, summary")
     parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per pytest run")
     parser.add_argument("--compare-only", action="store_true", help="compare the JUnit files already in --output")
     args, extra = parser.parse_known_args(argv)

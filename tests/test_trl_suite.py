@@ -1,0 +1,56 @@
+"""TRL's own GRPO tests against OrderGrad: a fast subset of the README's command, run as written from outside the repo.
+
+The full run (`python benchmarks/trl_suite/run.py`, about an hour on 2 CPU cores) is documented in the README;
+here the same command gets `-k` with 4 tests, kept few for CI time: a minimal trainer (reward model, default
+groups), training with several weighted reward functions in groups of 3, a helper called through the class, and
+one by-design rejection, so that both the substitution and the comparison logic run in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SUBSET = (
+    "test_compute_entropy_mask_0 or test_init_minimal or test_train_multiple_reward_funcs_with_weights "
+    "or test_train_normalize_then_sum_aggregation"
+)
+
+
+def documented_command() -> list[str]:
+    """The README's TRL-suite command (the first bash line that runs benchmarks/trl_suite/run.py)."""
+    for block in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if "benchmarks/trl_suite/run.py" in line:
+                return shlex.split(line)
+    raise AssertionError("README.md documents no benchmarks/trl_suite/run.py command")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
+def test_trl_suite_subset_against_stock_grpo(tmp_path):
+    argv = documented_command()
+    assert argv[:2] == ["python", "benchmarks/trl_suite/run.py"], argv
+    # run from another directory (the script finds its files relative to itself), only the selection added
+    argv = [sys.executable, str(REPO / argv[1]), *argv[2:], "-k", SUBSET, "--output", str(tmp_path / "out")]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+    classes = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert not classes["regression"]
+    passed = set(classes["passed"])
+    assert "TestGRPOTrainer::test_init_minimal" in passed
+    assert "TestGRPOTrainer::test_train_multiple_reward_funcs_with_weights" in passed
+    by_design = [name for name, *_ in classes["by_design"]]
+    assert by_design == ["TestGRPOTrainer::test_train_normalize_then_sum_aggregation"]
+    assert "TestGetHighEntropyMask::test_compute_entropy_mask_0" in passed
+    assert len(passed) == 3 and "| by_design | 1 |" in result.stdout
