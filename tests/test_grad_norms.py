@@ -49,7 +49,7 @@ def test_documented_command_runs_with_sizes_shrunk(tiny_model_dir, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["steps"] == 2 and record["max_completion_length"] == 12
-    norms = record["grad_norm"]
-    assert all(n > 0 for n in norms)
+    norms = record["grad_norm"]  # a random model solves nothing: the norms may be 0, the parsing is what counts
+    assert len(norms) == 2 and all(n >= 0 for n in norms)
     assert record["dr_grpo"]["max"] == pytest.approx(max(norms) / 12)
     assert "| 1 |" in result.stdout and "| 2 |" in result.stdout and "luspo: median" in result.stdout
