@@ -1,7 +1,7 @@
 """Gradient-norm distribution of the math recipe, unclipped, to choose `loss_type` and `max_grad_norm` defaults.
 
     python benchmarks/grad_norms.py --preset quickstart     # the CPU quickstart as configured, ~6 min on 2 cores
-    python benchmarks/grad_norms.py --preset long           # SmolLM2-135M, up to 384 tokens at T=1, 2 steps, ~5 min
+    python benchmarks/grad_norms.py --preset long           # SmolLM2-135M, up to 384 tokens at T=1, 1 step, ~5 min
     python benchmarks/grad_norms.py --preset quickstart -- --loss_type dr_grpo   # extra recipe overrides after --
 
 Runs `accelerate launch --cpu --num_processes 1 recipes/math_cvar.py` with the preset's overrides and
@@ -29,12 +29,13 @@ RECIPE = REPO / "recipes" / "math_cvar.py"
 
 # Overrides on top of recipes/configs/cpu_quickstart.yaml. "long": the word-problem arithmetic set with no system
 # prompt at T=1.0, where the 135M model rambles to the length limit (README, Evaluation), so completions are ~10x
-# the quickstart's; one group of 8 per step to keep it affordable on a CPU.
+# the quickstart's; one group of 8 per step to keep it affordable on a CPU. The model solves none of these, so
+# the length penalty is added to the reward: it differs between rollouts and gives non-zero advantages.
 PRESETS = {
     "quickstart": [],
     "long": [
         "--dataset_name", "arithmetic", "--max_completion_length", "384", "--temperature", "1.0",
-        "--system_prompt", "", "--max_steps", "2",
+        "--system_prompt", "", "--reward_funcs", "math", "length", "--max_steps", "1",
         "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--max_eval_samples", "1",
     ],
 }  # fmt: skip
