@@ -84,6 +84,7 @@ def main(argv=None) -> int:
             "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), "--config", args.config,
             "--eval_before_training", "false", "--max_eval_samples", "4", *PRESETS[args.preset],
             "--output_dir", str(Path(tmp) / "out"), *args.overrides, "--max_grad_norm", "1e9",
+            "--loss_type", "luspo",  # measured as luspo (scale 1) whatever the config says; the others follow from it
         ]  # fmt: skip
         print("$", " ".join(cmd), flush=True)
         log = Path(args.log) if args.log else Path(tmp) / "run.log"

@@ -12,7 +12,7 @@ finishes, so the run resumes where it stopped: rerun the same command and only t
     python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
     python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
-Arms (luspo loss: the loss gradient is exactly -(1/N) sum_i A_i grad log pi, so the advantage is the only
+Arms (dr_grpo loss and no clipping: the gradient is exactly -(1/(N L)) sum_i A_i grad log pi, so the advantage is the only
 difference):
 - `grpo`: TRL's GRPO, (r - group mean) / group std (`--ordergrad_estimator grpo --scale_rewards group`);
 - `rloo`: OrderGrad `Mean` at K=1, i.e. RLOO (the expected reward);
