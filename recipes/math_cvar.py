@@ -6,9 +6,10 @@
 # ]
 # ///
 """
-Math RL post-training with an order-statistic objective (lower tail / CVaR by default), scored by math-verify.
+Math RL post-training with an order-statistic objective (Top-2@4, CVaR, Max@K, ...), scored by math-verify.
 
-Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in arithmetic set, under 10 minutes on 2 cores):
+Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in `digits` sums with Top-2@4, about 20 minutes on
+2 cores; it prints eval pass@1 before and after with 95% CIs):
 
     accelerate launch --cpu --num_processes 1 recipes/math_cvar.py
 
@@ -29,10 +30,11 @@ Any field can be overridden on the command line, e.g. `--ordergrad_objective Top
 `--model_name_or_path`, `--dataset_name` (a registered set: arithmetic, math, math500, gsm8k, ...; a Hub id; or
 a local .jsonl/.parquet file).
 
-Why the default objective is what it is: with 0/1 rewards, a lower-tail objective (LowerTailMean:q over K draws,
-i.e. the mean of the worst ceil(qK)) only moves when a K-subset can hold a success among its worst draws, so a
-group gets a non-zero advantage only with enough successes. The script logs the success counts that give signal
-for the chosen objective, and `ordergrad/frac_zero_adv_groups` each step.
+Lower tail on CPU: `--config recipes/configs/cpu_cvar.yaml`. With 0/1 rewards a lower-tail objective
+(LowerTailMean:q over K draws, the mean of the worst ceil(qK)) only moves when a K-subset can hold a success among
+its worst draws, so a group gets a non-zero advantage only with enough successes; the quickstart trains Top-2@4,
+which gives every group with 1 to 5 successes of 8 a signal. The script prints the success counts that give signal
+for the chosen objective, and logs `ordergrad/frac_zero_adv_groups` each step.
 """
 
 import sys
