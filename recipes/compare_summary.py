@@ -51,7 +51,7 @@ def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
     units = load_units(assets)
     trained = {arm: sorted((u for u in units.values() if u["arm"] == arm), key=lambda u: u["seed"]) for arm in arms}
     trained = {arm: us for arm, us in trained.items() if us}
-    if not trained:
+    if not units:
         print(f"no finished units in {assets}")
         return None
     any_unit = next(iter(units.values()))
@@ -122,8 +122,10 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"{summary['num_problems']} held-out problems x {summary['num_samples']} samples; 95% bootstrap CIs "
-                 "over seeds and problems. Differences vs GRPO (percentage points, paired):")  # fmt: skip
-    lines.append("")
+                 "over seeds and problems.")  # fmt: skip
+    if not any("minus_grpo" in entry for entry in summary["arms"].values()):
+        return "\n".join(lines)
+    lines += ["", "Differences vs GRPO (percentage points, paired):", ""]
     lines.append("| arm | " + " | ".join(head) + " |")
     lines.append("|---|" + "---|" * len(head))
     for arm, entry in summary["arms"].items():

@@ -86,3 +86,14 @@ def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     # resume: nothing left to run, so a rerun only summarizes
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.returncode == 0 and "2 of 2 units done; running []" in again.stdout
+
+
+def test_summary_of_the_base_model_alone(tmp_path):
+    # the base unit finishes first: its curves are reported before any arm has trained
+    assets = tmp_path / "units"
+    assets.mkdir()
+    (assets / "base.json").write_text(json.dumps(_unit("base", [1, 3], 4)))
+    summary = compare_summary.summarize(assets, ["grpo"])
+    assert list(summary["arms"]) == ["base"]
+    assert summary["arms"]["base"]["pass^k"]["value"][1] == pytest.approx((0 + 3 / 6) / 2)  # C(c,2)/C(4,2)
+    assert "Differences" not in (tmp_path / "units.md").read_text()
