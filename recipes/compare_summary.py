@@ -21,6 +21,7 @@ from ordergrad_trl import lstat_value, rank_weights
 
 BOOTSTRAP = 2000
 METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
+EVAL_KEYS = ("dataset_name", "dataset_test_split", "temperature", "max_completion_length", "system_prompt")
 
 
 def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
@@ -59,6 +60,16 @@ def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
     for u in units.values():
         if u["eval"]["problem_ids"] != ids or u["num_samples"] != n or min(u["eval"]["scored"]) != n:
             raise ValueError(f"unit {u['unit']}: other problems or samples than {any_unit['unit']}; rerun it")
+    # One protocol: every unit samples its eval alike, and every trained unit trained alike (older configs are stale)
+    first_trained = next((u for u in units.values() if u["arm"] != "base"), any_unit)
+    for u in units.values():
+        keys = EVAL_KEYS if u["arm"] == "base" else (*u.get("config", {}), "train_overrides")
+        ref = first_trained if u["arm"] != "base" else any_unit
+        mine, theirs = ({k: {**x.get("config", {}), "train_overrides": x.get("train_overrides")}.get(k) for k in keys}
+                        for x in (u, ref))  # fmt: skip
+        if mine != theirs:
+            raise ValueError(f"unit {u['unit']} ran with {mine}, unit {ref['unit']} with {theirs}: delete the stale "
+                             "unit's JSON and rerun it")  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     num_p = len(ids)
     prob_idx = torch.randint(num_p, (BOOTSTRAP, num_p), generator=gen)  # (B, P), shared by all arms: paired

@@ -67,6 +67,21 @@ def test_summary_refuses_mismatched_units(tmp_path):
         compare_summary.summarize(assets, ["grpo", "rloo"])
 
 
+def test_summary_refuses_units_from_another_protocol(tmp_path):
+    assets = tmp_path / "units"
+    assets.mkdir()
+    for unit, steps in (("grpo-s0", 20), ("rloo-s0", 30)):  # rloo-s0 ran under an older config
+        (assets / f"{unit}.json").write_text(json.dumps({**_unit(unit, [1, 2], 4), "config": {"max_steps": steps}}))
+    with pytest.raises(ValueError, match="delete the stale unit's JSON"):
+        compare_summary.summarize(assets, ["grpo", "rloo"])
+    # the base model only has to share the eval settings
+    base = {**_unit("base", [1, 2], 4), "config": {"max_steps": 20, "temperature": 0.7}}
+    (assets / "rloo-s0.json").unlink()
+    (assets / "base.json").write_text(json.dumps(base))
+    (assets / "grpo-s0.json").write_text(json.dumps({**_unit("grpo-s0", [1, 2], 4), "config": {"temperature": 0.7}}))
+    assert set(compare_summary.summarize(assets, ["grpo"])["arms"]) == {"base", "grpo"}
+
+
 def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assets, work = tmp_path / "cmp", tmp_path / "work"
     cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), "--smoke", "--arms", "max8",
