@@ -77,10 +77,10 @@ def _split_keys(keys: list, n_train: int, n_test: int, seed: int) -> tuple[list,
     return train_keys, test_keys, rng
 
 
-def _build(name: str, splits_keys, question_of, *, system_prompt, user_template) -> datasets.DatasetDict:
+def _build(name: str, train_keys, test_keys, question_of, *, system_prompt, user_template) -> datasets.DatasetDict:
     spec = MATH_SETS[name]
     splits = {}
-    for split, split_keys in splits_keys:
+    for split, split_keys in (("train", train_keys), ("test", test_keys)):
         columns: dict[str, list[Any]] = {k: [] for k in ("question", "answer", "id", "a", "b", "op")}
         for i, (op, a, b) in enumerate(split_keys):
             columns["question"].append(question_of(op, a, b))
@@ -118,7 +118,8 @@ def digits_dataset(
     train_keys, test_keys, _ = _split_keys(_digits_keys(), n_train, n_test, seed)
     return _build(
         "digits",
-        (("train", train_keys), ("test", test_keys)),
+        train_keys,
+        test_keys,
         lambda op, a, b: f"What is {a} {op} {b}?",
         system_prompt=system_prompt,
         user_template=user_template,
@@ -147,7 +148,8 @@ def arithmetic_dataset(
 
     return _build(
         "arithmetic",
-        (("train", train_keys), ("test", test_keys)),
+        train_keys,
+        test_keys,
         question,
         system_prompt=system_prompt,
         user_template=user_template,

@@ -119,10 +119,8 @@ class EvalRewards:
             yield
         finally:
             self._active = False
-            if not self.runs[-1]:
-                self.runs.pop()
 
-    def report(self, accelerator, group_size: int) -> str:
+    def report(self, group_size: int) -> str:
         """`eval math reward: 0.31 [0.27, 0.35] before -> 0.52 [...] after; change +0.21 [...]` (95%, over problems)."""
         from accelerate.utils import gather_object
 
@@ -210,19 +208,21 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
             )
 
     # 5. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
-    evaluate = eval_dataset is not None
-    with recorder.recording():
-        before = trainer.evaluate() if evaluate and script_args.eval_before_training else {}
+    before, after = {}, {}
+    if eval_dataset is not None and script_args.eval_before_training:
+        with recorder.recording():
+            before = trainer.evaluate()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    with recorder.recording():
-        after = trainer.evaluate() if evaluate else {}
+    if eval_dataset is not None:
+        with recorder.recording():
+            after = trainer.evaluate()
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:  # the per-step log (reward, grad_norm, ...) even without checkpoints
         trainer.state.save_to_json(str(Path(training_args.output_dir) / "trainer_state.json"))
 
     # 6. Report: the math reward with a 95% CI over eval problems, and its paired change
     if recorder.runs:
-        trainer.accelerator.print(recorder.report(trainer.accelerator, training_args.num_generations_eval))
+        trainer.accelerator.print(recorder.report(training_args.num_generations_eval))
     for key in ("reward", "ordergrad/objective"):
         old, new = before.get(f"eval_{key}"), after.get(f"eval_{key}")
         if new is not None:
