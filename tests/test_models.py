@@ -200,12 +200,15 @@ import sys
 from ordergrad_trl import models
 from accelerate import PartialState
 
-rank = PartialState(cpu=True).process_index  # as OrderGradConfig(use_cpu=True) sets it up in the recipe
+state = PartialState(cpu=True)  # as OrderGradConfig(use_cpu=True) sets it up in the recipe
+rank = state.process_index
 # Disagreeing probes: only process 1 would reach the Hub; process 0 falls back to a (fake) offline copy.
 models.hub_reachable = lambda *a, **k: rank == 1
 models._cached_hub_snapshot = lambda *a: None
 models.convert_offline_model = lambda cache_dir=None: "/offline/SmolLM2-135M-Instruct"
 print(f"rank {rank}: {models.resolve_default_model()}", flush=True)
+# As the recipe's trainer.end() does: a gloo group left to interpreter exit can abort ("terminate called ...").
+state.destroy_process_group()
 """
 
 
