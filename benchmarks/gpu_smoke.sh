@@ -36,7 +36,7 @@ check_env() {
     python - <<'EOF'
 import torch
 from packaging.version import Version
-from ordergrad_trl.config import installed_vllm_version, trl_vllm_range
+from ordergrad_trl.training.config import installed_vllm_version, trl_vllm_range
 
 assert torch.cuda.is_available(), "no CUDA GPU visible"
 found = installed_vllm_version()

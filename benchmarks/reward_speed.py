@@ -19,7 +19,7 @@ from pathlib import Path
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from ordergrad_trl import rewards
+from ordergrad_trl.tasks import rewards
 
 
 def serial(preds, golds):
@@ -47,6 +47,7 @@ def worker_cpu_s(procs) -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--items", type=int, default=None, help="score only the first N solutions (default: all 500)")
     args = ap.parse_args()
 
     default = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -54,7 +55,7 @@ def main():
     if not path.exists():
         print(f"skipped: {path} not found (set ORDERGRAD_SHARED_DATA)")
         return 0
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [json.loads(line) for line in path.read_text().splitlines()][: args.items]
     workloads = {"MATH-500": ([r["solution"] for r in rows], [r["answer"] for r in rows])}
     print(f"cpus available: {len(os.sched_getaffinity(0))}, load average (1 min): {os.getloadavg()[0]:.2f}")
     print(f"{'workload':<10} {'scorer':<18} {'items':>6} {'correct':>8} {'wall s':>7} {'items/s':>8} "

@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/table_build.py
 
-Tables are built on the CPU in float64 per count of valid rewards that occurs (see `ordergrad_trl.advantage`).
+Tables are built on the CPU in float64 per count of valid rewards that occurs (see `ordergrad_trl.core.advantage`).
 Columns: build time of one table (min of repeats, cache cleared each time; the machine may be shared, so the min is
 the least disturbed run), the previous pure-Python implementation (integer `math.comb` loops, kept here as the
 baseline; only where it finishes in seconds) and the ratio, measured in the same run. Then the first call after
@@ -15,7 +15,8 @@ import time
 
 import torch
 
-from ordergrad_trl import advantage, lstat_advantage, rank_weights
+from ordergrad_trl import lstat_advantage, rank_weights
+from ordergrad_trl.core import advantage
 
 OBJECTIVES = ("TopM:2", "CVaR:0.5", "GMD", "Mean")  # sparse to dense weights
 

@@ -1,6 +1,6 @@
 """Final-answer strings for majority voting.
 
-Correctness always comes from math-verify (`ordergrad_trl.rewards.score_completions`, the training reward). The
+Correctness always comes from math-verify (`ordergrad_trl.tasks.rewards.score_completions`, the training reward). The
 vote only needs to know which samples gave *the same* answer: a sample's answer is the content of its last
 `\\boxed{}` (what the reward's extraction prefers), else the last number in the text, normalized below. In
 `report.answer_labels` all samples math-verify scored correct form one class (they all equal the gold), so the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ordergrad_trl.data import last_boxed
+from ordergrad_trl.tasks.data import last_boxed
 
 __all__ = ["extract_answer", "normalize_answer"]
 

@@ -148,7 +148,7 @@ def resolve_backend(backend: str) -> str:
 
 def dataset_key(name: str) -> str:
     """Directory name of a benchmark: its registry name, or the file stem for a path."""
-    from ordergrad_trl.data import get_math_set
+    from ordergrad_trl.tasks.data import get_math_set
 
     path = Path(name).expanduser()
     if path.suffix in (".jsonl", ".json", ".parquet"):
@@ -169,7 +169,7 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
     `keep_solution`: add `solution`, the set's worked reference solution or, for sets without one (AIME, AMC,
     OlympiadBench, custom files), the gold answer in `\\boxed{}`: what `--backend reference` writes.
     """
-    from ordergrad_trl.data import REFERENCE_SOLUTION_SETS, load_math_dataset
+    from ordergrad_trl.tasks.data import REFERENCE_SOLUTION_SETS, load_math_dataset
 
     worked = keep_solution and dataset_key(name) in REFERENCE_SOLUTION_SETS
     try:

@@ -36,7 +36,7 @@ def _has_tokenizer(path: Path) -> bool:
 def resolve_model(model: str | None) -> ModelSource:
     """ModelSource for `model`; None means the project's default (SmolLM2-135M-Instruct, offline if needed)."""
     if model is None or model == "":
-        from ordergrad_trl.models import resolve_default_model
+        from ordergrad_trl.tasks.models import resolve_default_model
 
         model = resolve_default_model()
     path = Path(model).expanduser()

@@ -2,7 +2,7 @@
 
     python -m eval.score --output_dir runs/smollm2
 
-Correctness is `ordergrad_trl.rewards.score_completions`, the function behind the training reward `math_reward`:
+Correctness is `ordergrad_trl.tasks.rewards.score_completions`, the function behind the training reward `math_reward`:
 math-verify in the same bounded pool of worker processes (hard wall-clock timeout per item). Per sample it writes
 `correct` (1.0 / 0.0; null when the gold does not parse), `status` (`ok`, `timeout`: math-verify ran out of time,
 so 0.0, or null when it was the gold's parse; `unscorable`: the gold parses to nothing), `format` (`format_reward`:
@@ -45,7 +45,7 @@ class ScoreArgs:
 
 
 def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False) -> dict:
-    from ordergrad_trl.rewards import format_reward, score_completions
+    from ordergrad_trl.tasks.rewards import format_reward, score_completions
 
     golds = {p["id"]: str(p["answer"]) for p in records.read_jsonl(dataset_dir / "problems.jsonl")}
     samples = records.read_samples(dataset_dir)

@@ -14,7 +14,7 @@ A softmax policy over three arms whose reward distributions make the objectives 
 
 Every run starts from the uniform policy and trains its logits with REINFORCE for the same number of steps and
 seeds: each step draws G groups of N arms, samples their rewards, turns each group's rewards into advantages with
-an estimator of `ordergrad_trl.estimators` and ascends (1/(G N)) sum_i A_i grad log pi(a_i), where the score of a
+an estimator of `ordergrad_trl.core.estimators` and ascends (1/(G N)) sum_i A_i grad log pi(a_i), where the score of a
 softmax policy, onehot(a) - pi, is exact. Runs: `mean`, `max`, `lowertail` are `ordergrad` with Mean, ReMax and
 LowerTailMean:0.25 at K; `pkpo` and `maxk_tang` (chunks of K) target best of K too; `grpo` and `rloo` the mean. The
 metrics are not sampled: mean, best-of-K and worst-of-K of the
@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from ordergrad_trl import rank_weights
-from ordergrad_trl.estimators import get_estimator
+from ordergrad_trl.core.estimators import get_estimator
 
 # arm -> {reward value: probability}
 ARMS = {

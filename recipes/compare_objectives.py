@@ -1,5 +1,4 @@
-"""
-Does the objective move its own metric? GRPO vs RLOO vs Max@8 vs Top-2@4 vs a lower tail, several seeds, on CPU.
+"""Does the objective move its own metric? GRPO vs RLOO vs Max@8 vs Top-2@4 vs a lower tail, several seeds, on CPU.
 
 Every arm trains SmolLM2-135M-Instruct with `recipes/math_cvar.py` and `recipes/configs/compare_objectives.yaml`
 on the built-in `digits` task (same base model, data order, sampling, learning rate and steps within a seed; only
@@ -112,7 +111,7 @@ def run_unit(unit: str, args, cfg: dict) -> None:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     start = time.time()
     if unit == "base":
-        from ordergrad_trl.models import resolve_default_model
+        from ordergrad_trl.tasks.models import resolve_default_model
 
         model, steps = args.model_name_or_path or resolve_default_model(), []
     else:

@@ -15,7 +15,8 @@ Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in `digits` sum
 
 (`--cpu --num_processes 1` lets accelerate give the process every physical core; without them it pins it to one thread.)
 
-That is `--config recipes/configs/cpu_quickstart.yaml`. On GPUs (vLLM colocate: every GPU trains and generates):
+Without `--config` the recipe runs `recipes/configs/cpu_quickstart.yaml`, and any flag overrides it (e.g.
+`--max_steps 2`). On GPUs (vLLM colocate: every GPU trains and generates):
 
     accelerate launch --config_file accelerate_configs/zero2.yaml --num_processes 8 \
         recipes/math_cvar.py --config recipes/configs/qwen2.5_math_1.5b_cvar_colocate.yaml
@@ -47,9 +48,9 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
-from ordergrad_trl.data import load_math_dataset
-from ordergrad_trl.models import resolve_default_model
-from ordergrad_trl.rewards import format_reward, length_penalty, math_reward
+from ordergrad_trl.tasks.data import load_math_dataset
+from ordergrad_trl.tasks.models import resolve_default_model
+from ordergrad_trl.tasks.rewards import format_reward, length_penalty, math_reward
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
 REWARD_FUNCS = ("math", "format", "length")
@@ -236,7 +237,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 1:  # no arguments: the built-in CPU quickstart
-        sys.argv += ["--config", str(DEFAULT_CONFIG)]
+    if not any(arg == "--config" or arg.startswith("--config=") for arg in sys.argv[1:]):
+        sys.argv[1:1] = ["--config", str(DEFAULT_CONFIG)]  # the built-in CPU quickstart; flags override it
     parser = TrlParser((MathScriptArguments, OrderGradConfig, ModelConfig))
     main(*parser.parse_args_and_config())

@@ -8,7 +8,7 @@ float64. Blind spot: factories (`torch.zeros(..., device=x.device)`) do not see 
 
 import torch
 
-from ordergrad_trl import advantage
+from ordergrad_trl.core import advantage
 
 
 class FakeMPS(torch.Tensor):

@@ -10,7 +10,7 @@ from fake_mps import FakeMPS, fake_mps, no_float64
 from oracle import brute_advantage, brute_value
 
 from ordergrad_trl import lstat_advantage, lstat_value, rank_weights
-from ordergrad_trl import advantage as adv_module
+from ordergrad_trl.core import advantage as adv_module
 
 PRESETS = [
     "Mean", "ReMax", "ReMin", "Median", "Rank:2", "TopM:2", "BotM:2", "TrimM:1", "WinsorizedM:1",

@@ -12,8 +12,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "recipes"))
+sys.path.insert(0, str(REPO / "tests"))
 
 import compare_summary  # noqa: E402
+from docs_commands import documented_commands  # noqa: E402
 
 
 def test_curves_match_closed_forms():
@@ -82,9 +84,15 @@ def test_summary_refuses_units_from_another_protocol(tmp_path):
     assert set(compare_summary.summarize(assets, ["grpo"])["arms"]) == {"base", "grpo"}
 
 
+def documented() -> list:
+    """The docs' command that runs the comparison (tests/docs_commands.py); the smoke test below runs it shrunk."""
+    return [c for c in documented_commands() if c.argv == ("python", "recipes/compare_objectives.py")]
+
+
 def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assets, work = tmp_path / "cmp", tmp_path / "work"
-    cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), "--smoke", "--arms", "max8",
+    (command,) = documented()
+    cmd = [sys.executable, str(REPO / command.argv[1]), "--smoke", "--arms", "max8",
            "--seeds", "0", "--model_name_or_path", str(tiny_model_dir), "--threads", "1",
            "--assets_dir", str(assets), "--work_dir", str(work)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")

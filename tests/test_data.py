@@ -1,4 +1,4 @@
-"""Tests for ordergrad_trl.data: gold extraction per benchmark, prompt format, loading, the arithmetic set."""
+"""Tests for ordergrad_trl.tasks.data: gold extraction per benchmark, prompt format, loading, the arithmetic set."""
 
 from __future__ import annotations
 
@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import datasets
 import pytest
 
-from ordergrad_trl import data as data_mod
-from ordergrad_trl.arithmetic import arithmetic_dataset, digits_dataset
-from ordergrad_trl.data import (
+from ordergrad_trl.tasks import data as data_mod
+from ordergrad_trl.tasks.arithmetic import arithmetic_dataset, digits_dataset
+from ordergrad_trl.tasks.data import (
     DEFAULT_USER_TEMPLATE,
     MATH_SETS,
     REFERENCE_SOLUTION_SETS,
@@ -82,16 +81,7 @@ def test_reference_solution_sets():
     assert set(REFERENCE_SOLUTION_SETS) == {"math", "math500", "gsm8k", "minerva"}
     assert not MATH_SETS["aime24"].has_reference_solution
     with pytest.raises(ValueError, match="keep_solution=True but 'arithmetic' has no reference"):
-        data_mod._format(
-            datasets.Dataset.from_dict({"question": ["q"], "answer": ["1"]}),
-            MATH_SETS["arithmetic"],
-            "test",
-            system_prompt=None,
-            user_template=DEFAULT_USER_TEMPLATE,
-            keep_metadata=True,
-            keep_solution=True,
-            drop_unanswerable=False,
-        )
+        load_math_dataset("arithmetic", "test", keep_solution=True)
 
 
 # ------------------------------------------------------------------------------------------------ benchmarks
@@ -277,7 +267,7 @@ def test_hub_failure_is_wrapped_with_offline_hint(monkeypatch):
 def test_hub_offline_real_error_is_clear():
     # Real datasets/huggingface_hub offline path, in a subprocess so HF_HUB_OFFLINE is read at import.
     code = (
-        "from ordergrad_trl.data import load_math_dataset\n"
+        "from ordergrad_trl.tasks.data import load_math_dataset\n"
         "try:\n"
         "    load_math_dataset('ordergrad-test/does-not-exist', split='test')\n"
         "except ConnectionError as e:\n"

@@ -7,10 +7,10 @@ import statistics
 
 import pytest
 import torch
-from oracle import brute_advantage, lstat
+from oracle import brute_advantage
 
 from ordergrad_trl import lstat_value, rank_weights
-from ordergrad_trl.estimators import (
+from ordergrad_trl.core.estimators import (
     ESTIMATORS,
     bind_estimator,
     estimator_params,
@@ -349,111 +349,6 @@ def test_registry_lookup_and_binding():
         bind_estimator("maxk_tang", num_generations=6, k=4)
 
 
-# ---------------------------------------------------------------- unbiasedness by exact enumeration
-
-
-def exact_objective(logits, values, w):
-    """J = E[sum_j w_j R_(j:K)] for K i.i.d. draws from softmax(logits) over outcomes with rewards `values`."""
-    p = torch.softmax(logits, -1)
-    total = 0.0
-    for draw in itertools.product(range(len(values)), repeat=len(w)):
-        prob = torch.prod(torch.stack([p[o] for o in draw]))
-        total = total + prob * lstat([values[o] for o in draw], w)
-    return total
-
-
-def expected_update(logits, values, n, estimator):
-    """E[(1/N) sum_i A_i grad log p(x_i)] over all N-tuples of outcomes, every tuple one group of the batch."""
-    m = len(values)
-    p = torch.softmax(logits, -1).detach()
-    tuples = torch.tensor(list(itertools.product(range(m), repeat=n)))  # (M^N, N)
-    prob = p[tuples].prod(-1)  # (M^N,)
-    adv = estimator(torch.tensor(values, dtype=torch.float64)[tuples])  # (M^N, N)
-    score = torch.nn.functional.one_hot(tuples, m).double() - p  # (M^N, N, M) grad of log softmax
-    return torch.einsum("t,tn,tnm->m", prob, adv, score) / n
-
-
-def true_gradient(logits, values, w):
-    theta = logits.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(exact_objective(theta, values, w), theta)
-    return grad
-
-
-LOGITS = torch.tensor([0.3, -0.5, 0.1, 0.4], dtype=torch.float64)
-VALUES = [0.0, 0.5, 0.5, 2.0]  # a tie between two outcomes
-
-
-@pytest.mark.parametrize(
-    "objective,k,n",
-    [("ReMax", 3, 5), ("TopM:2", 3, 4), ("CVaR:0.5", 2, 5), ("GMD", 3, 5), ("Median", 3, 4), ("Mean", 1, 5)],
-)
-def test_ordergrad_is_unbiased_for_its_objective(objective, k, n):
-    w = rank_weights(objective, k).tolist()
-    got = expected_update(LOGITS, VALUES, n, lambda r: ordergrad(r, objective=objective, k=k))
-    assert torch.allclose(got, true_gradient(LOGITS, VALUES, w), atol=1e-12)
-
-
-@pytest.mark.parametrize(
-    "name,params,n,target_k",
-    [
-        ("rloo", {}, 4, 1),
-        ("maxk_tang", {}, 4, 4),
-        ("maxk_tang", {"k": 2}, 6, 2),
-        ("pkpo", {"k": 2}, 5, 2),
-        ("pkpo", {"k": 3}, 5, 3),
-        ("pkpo", {"k": 4}, 4, 4),
-    ],
-)
-def test_unbiased_for_mean_or_max_at_k(name, params, n, target_k):
-    w = [0.0] * (target_k - 1) + [1.0]  # max of target_k (k = 1: the mean)
-    got = expected_update(LOGITS, VALUES, n, lambda r: get_estimator(name)(r, **params))
-    assert torch.allclose(got, true_gradient(LOGITS, VALUES, w), atol=1e-12)
-
-
-def test_centering_pkpo_by_its_group_mean_makes_it_biased():
-    # why pkpo is left uncentered: subtracting the group mean k (pass@k - pass@(k-1)) correlates with the samples
-    w = [0.0, 0.0, 1.0]
-    centered = expected_update(LOGITS, VALUES, 5, lambda r: pkpo(r, k=3) - pkpo(r, k=3).mean(-1, keepdim=True))
-    assert (centered - true_gradient(LOGITS, VALUES, w)).abs().max() > 1e-3
-
-
-def two_prompt_direction(estimator, prompts, n):
-    return torch.cat([expected_update(lg, vals, n, estimator) for lg, vals in prompts])
-
-
-@pytest.mark.parametrize(
-    "name,params,objective",
-    [
-        ("grpo", {"scale": "group"}, lambda lg, vals: exact_objective(lg, vals, [1.0])),
-        ("passk_chen", {"k": 2}, lambda lg, vals: exact_objective(lg, vals, [0.0, 1.0])),
-        (
-            "rs_grpo",
-            {"beta": 2.0},
-            lambda lg, vals: torch.log((torch.softmax(lg, -1) * torch.exp(2.0 * torch.tensor(vals))).sum()) / 2.0,
-        ),
-    ],
-)
-def test_biased_estimators_point_away_from_their_objective_gradient(name, params, objective):
-    # two prompts of different difficulty: a per-group rescaling (std, sigma, ratio) reweights them, so the expected
-    # update is not parallel to grad (J_1 + J_2) -- while an unbiased estimator would match it exactly
-    binary = name == "passk_chen"
-    vals = [0.0, 1.0, 1.0] if binary else [0.0, 0.5, 2.0]
-    hard = torch.tensor([2.0, -1.0, -1.0], dtype=torch.float64)  # mostly the 0-reward outcome
-    prompts = [(hard, vals), (torch.zeros(3, dtype=torch.float64), vals)]
-    truth = []
-    for lg, v in prompts:
-        theta = lg.clone().requires_grad_(True)
-        truth.append(torch.autograd.grad(objective(theta, v), theta)[0])
-    truth = torch.cat(truth)
-    got = two_prompt_direction(lambda r: get_estimator(name)(r, **params), prompts, n=4)
-    cosine = torch.nn.functional.cosine_similarity(got, truth, dim=0)
-    assert 0.5 < cosine < 0.999  # a useful direction, but not the gradient's (up to any scale); exact arithmetic
-    # the same check passes for an unbiased estimator of the mean, so it can tell the two apart
-    if name == "grpo":
-        unbiased = two_prompt_direction(rloo, prompts, n=4)
-        assert torch.allclose(unbiased, truth, atol=1e-12)
-
-
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_grpo_matches_trl_statistics(scale):
     # TRL 1.16 _generate_and_score_completions (sum_then_normalize) on a flat (G*N,) reward vector, NaN = unscorable
@@ -482,7 +377,7 @@ def test_cuda_matches_cpu(name):
 def test_pass_at_k_and_pkpo_tables_at_user_sizes_match_exact_ratios(n_max, k):
     from fractions import Fraction
 
-    from ordergrad_trl.estimators import _passk_table, _pkpo_table
+    from ordergrad_trl.core.estimators import _passk_table, _pkpo_table
 
     passk, pk = _passk_table(n_max, k), _pkpo_table(n_max, k)
     for n in (k, k + 1, n_max // 2, n_max - 1, n_max):

@@ -1,4 +1,4 @@
-"""Every eval command printed in README.md and eval/README.md runs, as written, from a directory outside the repo.
+"""Every eval command printed in README.md and docs/ runs, as written, from a directory outside the repo.
 
 The commands are parsed from the files' ```bash blocks, so they cannot drift from what users read. Only sizes
 change: `--model X` becomes `--backend reference` (no weights offline), `--limit 2`, `--num_samples 16`,
@@ -22,26 +22,24 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO / ".." / "shared" / "data"))
-DOCS = ["README.md", "eval/README.md"]
 EVAL_ENTRY = re.compile(r"^python (-m eval\.(run|generate|score|report)\b|benchmarks/eval_throughput\.py\b)")
 
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+from docs_commands import commands_in, doc_files  # noqa: E402
 from test_eval_metrics import brute_maj  # noqa: E402
 
 
+def documented() -> list:
+    """The eval commands of every doc's bash blocks (tests/docs_commands.py), in reading order."""
+    return [c for doc in doc_files() for c in commands_in(doc) if not c.inline and EVAL_ENTRY.match(" ".join(c.argv))]
+
+
 def documented_commands(doc: str) -> list[str]:
-    """Shell commands of the file's bash blocks that start an eval entry point (after env assignments)."""
-    text = (REPO / doc).read_text()
-    out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #")[0].strip()  # trailing comments (never inside an argument here)
-            words = shlex.split(line) if line else []
-            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
-                words = words[1:]
-            if EVAL_ENTRY.match(" ".join(words)):
-                out.append(line)
-    return out
+    """The eval commands of one file, as shell text (environment assignments first)."""
+    return [c.text for c in documented() if c.doc == doc]
+
+
+DOCS = sorted({c.doc for c in documented()})
 
 
 def shrink(command: str) -> tuple[dict, list[str]]:
@@ -86,12 +84,12 @@ def shrink(command: str) -> tuple[dict, list[str]]:
 
 def test_docs_list_the_eval_commands():
     """The parser finds what a reader sees: the one-shot, stage-by-stage, multi-GPU and YAML forms."""
-    readme, eval_readme = documented_commands(DOCS[0]), documented_commands(DOCS[1])
+    readme, evaluation = documented_commands("README.md"), documented_commands("docs/evaluation.md")
     assert any("eval.run" in c for c in readme)
-    assert [c.split()[2] for c in eval_readme if c.startswith("python -m")] == [
+    assert [c.split()[2] for c in evaluation if c.startswith("python -m")][:5] == [
         "eval.run", "eval.generate", "eval.score", "eval.report", "eval.run"]
-    assert any(c.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 python -m eval.run") for c in eval_readme)
-    for doc in DOCS:  # commands users copy must not depend on the repository root
+    assert any(c.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 python -m eval.run") for c in evaluation)
+    for doc in doc_files():  # commands users copy must not depend on the repository root
         assert not re.search(r"^\s*(\S+=\S+ )*python eval/", (REPO / doc).read_text(), flags=re.M), doc
 
 

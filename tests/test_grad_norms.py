@@ -1,4 +1,4 @@
-"""benchmarks/grad_norms.py: the log parsing and summary, and the README command run with sizes shrunk."""
+"""benchmarks/grad_norms.py: the log parsing and summary, and the documented commands run with sizes shrunk."""
 
 from __future__ import annotations
 
@@ -13,6 +13,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "grad_norms.py"
+sys.path.insert(0, str(REPO / "tests"))
+from docs_commands import documented_commands  # noqa: E402
+
+
+def documented() -> list:
+    """The docs' grad-norm commands (tests/docs_commands.py)."""
+    return [c for c in documented_commands() if not c.inline and "benchmarks/grad_norms.py" in c.argv]
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +46,16 @@ def test_parse_and_summarize(grad_norms):
     assert summary["dr_grpo"] == {"median": 0.5, "max": 1.5, "clipped_at_1.0": 1 / 3, "clipped_at_0.5": 1 / 3}
 
 
+def test_documented_presets_exist(grad_norms):
+    presets = [c.argv[c.argv.index("--preset") + 1] for c in documented()]
+    assert presets == ["quickstart", "long"] and set(presets) <= set(grad_norms.PRESETS)
+
+
 def test_documented_command_runs_with_sizes_shrunk(tiny_model_dir, tmp_path):
     out = tmp_path / "gn.json"
-    cmd = [sys.executable, str(SCRIPT), "--preset", "quickstart", "--json", str(out), "--",
+    (command,) = [c for c in documented() if "quickstart" in c.argv]
+    assert command.argv[:2] == ("python", "benchmarks/grad_norms.py")
+    cmd = [sys.executable, str(SCRIPT), *command.argv[2:], "--json", str(out), "--",
            "--model_name_or_path", str(tiny_model_dir), "--max_steps", "2", "--max_completion_length", "12",
            "--max_eval_samples", "1", "--num_generations_eval", "3"]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")

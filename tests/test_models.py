@@ -1,4 +1,4 @@
-"""Tests for ordergrad_trl.models: Hub/offline resolution of the default model and the GGUF conversion."""
+"""Tests for ordergrad_trl.tasks.models: Hub/offline resolution of the default model and the GGUF conversion."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import huggingface_hub.constants  # noqa: F401
 import pytest
 import torch
 
-from ordergrad_trl import models
-from ordergrad_trl.models import (
+from ordergrad_trl.tasks import models
+from ordergrad_trl.tasks.models import (
     DEFAULT_MODEL_ID,
     OFFLINE_INSTALL_HINT,
     convert_offline_model,
@@ -197,7 +197,7 @@ def test_single_process_does_not_touch_torch_distributed(monkeypatch):
 
 _TWO_PROCESS_SCRIPT = """
 import sys
-from ordergrad_trl import models
+from ordergrad_trl.tasks import models
 from accelerate import PartialState
 
 state = PartialState(cpu=True)  # as OrderGradConfig(use_cpu=True) sets it up in the recipe

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ordergrad_trl import lstat_value, rank_weights
-from ordergrad_trl.pathwise import lstat_value_differentiable, lstat_value_grad
+from ordergrad_trl.core.pathwise import lstat_value_differentiable, lstat_value_grad
 
 OBJECTIVES = ["Mean", "ReMax", "ReMin", "TopM:2", "CVaR:0.5", "GMD", "HarrellDavis:0.3", "LMoment:3"]
 

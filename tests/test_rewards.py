@@ -1,4 +1,4 @@
-"""Tests for `ordergrad_trl.rewards`: math-verify pitfalls, the hard per-item bound, TRL's calling convention, and
+"""Tests for `ordergrad_trl.tasks.rewards`: math-verify pitfalls, the hard per-item bound, TRL's calling convention, and
 the public MATH-500 / GSM8K reference solutions (skipped when /work/shared/data is absent)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from math_verify import parse, verify
 
-from ordergrad_trl import rewards
-from ordergrad_trl.rewards import format_reward, gsm8k_gold, length_penalty, math_reward, score_completions
+from ordergrad_trl.tasks import rewards
+from ordergrad_trl.tasks.rewards import format_reward, gsm8k_gold, length_penalty, math_reward, score_completions
 
 DATA = Path(os.environ.get("ORDERGRAD_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 WORKERS = 2  # every test uses the same pool size so the pool is built once

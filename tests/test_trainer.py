@@ -1,7 +1,7 @@
 """OrderGradTrainer end to end on a tiny random Qwen2 (CPU, offline).
 
 The oracle for "the advantage that reaches the loss" is the subset enumeration of tests/oracle.py, independent of
-`ordergrad_trl.advantage`: for a group with n > K scorable rewards,
+`ordergrad_trl.core.advantage`: for a group with n > K scorable rewards,
 
     A_i = K * ( mean_{S ∋ i, |S|=K} L(S)  -  mean_{S ⊆ others, |S|=K} L(S) ),   L(S) = sum_j w_j sorted(S)_j,
 
@@ -379,73 +379,6 @@ def test_scale_rewards(bare_trainer, scale_rewards):
     assert got[2] == 0.0
 
 
-def test_defaults_keep_the_gradient_unbiased(cpu_training_args):
-    config = OrderGradConfig(**cpu_training_args)
-    assert (config.ordergrad_objective, config.ordergrad_k, config.num_generations) == ("TopM:2", 4, 8)
-    assert config.loss_type == "dr_grpo" and config.importance_sampling_level == "token"
-    assert config.max_grad_norm == 1.0
-    assert config.scale_rewards == "none" and config.beta == 0.0 and config.num_iterations == 1
-    assert config.multi_objective_aggregation == "sum_then_normalize"
-    assert config.bf16 is False  # the CPU test args set it; the library never flips it
-    assert OrderGradConfig(**cpu_training_args, loss_type="luspo").importance_sampling_level == "sequence"
-
-
-@pytest.mark.parametrize(
-    "n, k, objective", [(2, 1, "Mean"), (3, 2, "TopM:2"), (4, 3, "TopM:2"), (5, 4, "TopM:2"), (16, 4, "TopM:2")]
-)
-def test_default_k_fits_any_group_size(cpu_training_args, n, k, objective):
-    # a plain GRPOConfig -> OrderGradConfig substitution must not fail on TRL's small test groups
-    config = OrderGradConfig(**cpu_training_args, num_generations=n, per_device_train_batch_size=n)
-    assert (config.ordergrad_k, config.ordergrad_objective) == (k, objective)
-    # explicit values are kept, and checked
-    assert OrderGradConfig(**cpu_training_args, num_generations=n, per_device_train_batch_size=n, ordergrad_k=1,
-                           ordergrad_objective="Mean").ordergrad_k == 1  # fmt: skip
-    with pytest.raises(ValueError, match=rf"ordergrad_k \({n}\) must be smaller than num_generations \({n}\)"):
-        OrderGradConfig(**cpu_training_args, num_generations=n, per_device_train_batch_size=n, ordergrad_k=n)
-
-
-def test_resolved_defaults_do_not_stick_across_replace(cpu_training_args):
-    import dataclasses
-    import pickle
-
-    small = OrderGradConfig(**cpu_training_args, num_generations=3, per_device_train_batch_size=3)
-    assert (small.ordergrad_k, small.importance_sampling_level) == (2, "token")
-    # generation_batch_size=None: TRL's own resolved batch fields clash in a copy otherwise
-    big = dataclasses.replace(small, num_generations=8, per_device_train_batch_size=8, loss_type="luspo",
-                              generation_batch_size=None)  # fmt: skip
-    assert (big.ordergrad_k, big.ordergrad_objective, big.importance_sampling_level) == (4, "TopM:2", "sequence")
-    back = dataclasses.replace(big, loss_type="dapo", generation_batch_size=None)
-    assert back.importance_sampling_level == "token"
-    # values the user set stay set
-    user = OrderGradConfig(**cpu_training_args, ordergrad_k=3, importance_sampling_level="sequence")
-    copy = dataclasses.replace(user, loss_type="dapo", generation_batch_size=None)
-    assert (copy.ordergrad_k, copy.importance_sampling_level) == (3, "sequence")
-    # a schedule's first stage fills the fields; without the schedule they are the defaults again
-    scheduled = OrderGradConfig(**cpu_training_args, ordergrad_schedule=["0 ReMax@6", "5 Mean@1"])
-    assert (scheduled.ordergrad_objective, scheduled.ordergrad_k) == ("ReMax", 6)
-    plain = dataclasses.replace(scheduled, ordergrad_schedule=None, generation_batch_size=None)
-    assert (plain.ordergrad_objective, plain.ordergrad_k) == ("TopM:2", 4)
-    # the marked values behave as plain ones everywhere else
-    restored = pickle.loads(pickle.dumps(big))
-    assert restored.ordergrad_k == 4 and json.loads(big.to_json_string())["ordergrad_k"] == 4
-
-
-@pytest.mark.parametrize("found, ok", [("0.33.0", False), ("0.21.1", False), ("0.31.0", True), ("0.24.0+cu129", True)])
-def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, found, ok):
-    from ordergrad_trl import config as config_module
-
-    monkeypatch.setattr(config_module, "installed_vllm_version", lambda: found)
-    assert str(config_module.trl_vllm_range()) in (">=0.22.0,<=0.31.0", "<=0.31.0,>=0.22.0")  # trl 1.16's extra
-    if ok:
-        assert OrderGradConfig(**cpu_training_args, use_vllm=True).use_vllm
-    else:
-        with pytest.raises(ValueError, match=rf"found vllm {found}, but trl .* supports vllm.*0\.22\.0.*0\.31\.0"):
-            OrderGradConfig(**cpu_training_args, use_vllm=True)
-    OrderGradConfig(**cpu_training_args, use_vllm=False)  # not checked without use_vllm
-    monkeypatch.setattr(config_module, "installed_vllm_version", lambda: None)
-    OrderGradConfig(**cpu_training_args, use_vllm=True)  # not installed: TRL's trainer says how to install it
-
-
 @pytest.mark.parametrize(
     "overrides, names",
     [
@@ -468,25 +401,6 @@ def test_model_card_names_ordergrad_objective_k_and_estimator(bare_trainer, tmp_
     assert "@article{parmas2026ordergrad" in card and "eprint       = {arXiv:2606.06096}" in card
     assert "author       = {Parmas and others}" in card and "DeepSeekMath" not in card
     assert "- ordergrad" in card and "my-data" in card
-
-
-@pytest.mark.parametrize(
-    "overrides, match",
-    [
-        (dict(ordergrad_k=8, num_generations=8), r"ordergrad_k \(8\).*num_generations \(8\)"),
-        (dict(ordergrad_k=9, num_generations=8), r"ordergrad_k \(9\).*num_generations \(8\)"),
-        (dict(ordergrad_k=0), r"ordergrad_k"),
-        (dict(ordergrad_objective="TopM:5", ordergrad_k=4), r"ordergrad_objective='TopM:5'.*ordergrad_k=4"),
-        (dict(ordergrad_objective="Best", ordergrad_k=4), r"ordergrad_objective='Best'.*ordergrad_k=4"),
-        (dict(ordergrad_objective="0.5,0.5", ordergrad_k=4), r"ordergrad_objective='0.5,0.5'.*ordergrad_k=4"),
-        (dict(ordergrad_objective=3), r"ordergrad_objective must be a string"),
-        (dict(multi_objective_aggregation="normalize_then_sum"), r"multi_objective_aggregation"),
-        (dict(scale_rewards="std"), r"scale_rewards"),
-    ],
-)
-def test_bad_config_raises_at_construction(cpu_training_args, overrides, match):
-    with pytest.raises(ValueError, match=match):
-        OrderGradConfig(**cpu_training_args, **overrides)
 
 
 def test_trainer_rejects_a_plain_grpo_config(tiny_model, tiny_tokenizer, cpu_training_args):

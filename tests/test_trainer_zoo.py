@@ -29,7 +29,7 @@ from test_trainer import (
 )
 
 from ordergrad_trl import OrderGradConfig
-from ordergrad_trl.estimators import get_estimator
+from ordergrad_trl.core.estimators import get_estimator
 
 
 class OrderRecordingTrainer(RecordingTrainer):

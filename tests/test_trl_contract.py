@@ -27,7 +27,7 @@ from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
-from ordergrad_trl.trainer import TESTED_TRL_VERSIONS
+from ordergrad_trl.training.trainer import TESTED_TRL_VERSIONS
 
 G = 4
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"

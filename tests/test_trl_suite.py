@@ -1,6 +1,6 @@
-"""TRL's own GRPO tests against OrderGrad: a fast subset of the README's command, run as written from outside the repo.
+"""TRL's own GRPO tests against OrderGrad: a fast subset of the documented command, run from outside the repo.
 
-The full run (`python benchmarks/trl_suite/run.py`, about an hour on 2 CPU cores) is documented in the README;
+The full run (`python benchmarks/trl_suite/run.py`, about an hour on 2 CPU cores) is documented in docs/;
 here the same command gets `-k` with 4 tests, kept few for CI time: a minimal trainer (reward model, default
 groups), training with several weighted reward functions in groups of 3, a helper called through the class, and
 one by-design rejection, so that both the substitution and the comparison logic run in CI.
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,20 +17,24 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from docs_commands import documented_commands  # noqa: E402
+
 SUBSET = (
     "test_compute_entropy_mask_0 or test_init_minimal or test_train_multiple_reward_funcs_with_weights "
     "or test_train_normalize_then_sum_aggregation"
 )
 
 
+def documented() -> list:
+    """The docs' TRL-suite commands (tests/docs_commands.py): bash lines that run benchmarks/trl_suite/run.py."""
+    return [c for c in documented_commands() if not c.inline and "benchmarks/trl_suite/run.py" in c.argv]
+
+
 def documented_command() -> list[str]:
-    """The README's TRL-suite command (the first bash line that runs benchmarks/trl_suite/run.py)."""
-    for block in re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #")[0].strip()
-            if "benchmarks/trl_suite/run.py" in line:
-                return shlex.split(line)
-    raise AssertionError("README.md documents no benchmarks/trl_suite/run.py command")
+    commands = documented()
+    assert commands, "the docs show no benchmarks/trl_suite/run.py command"
+    return list(commands[0].argv)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")

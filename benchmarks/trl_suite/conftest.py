@@ -22,7 +22,7 @@ from pathlib import Path  # noqa: E402
 
 from .stand_ins import STAND_IN_VERSION, build_hub_cache, zen_dataset  # noqa: E402  (stdlib-only at import)
 
-# ordergrad_trl.models.default_cache_dir(), without importing the package (which imports huggingface_hub)
+# ordergrad_trl.tasks.models.default_cache_dir(), without importing the package (which imports huggingface_hub)
 _CACHE = Path(os.environ.get("ORDERGRAD_CACHE", Path.home() / ".cache" / "ordergrad_trl")).expanduser()
 HUB_CACHE = _CACHE / "trl_suite_hub" / STAND_IN_VERSION
 os.environ["HF_HUB_CACHE"] = str(HUB_CACHE)

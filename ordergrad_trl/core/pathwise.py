@@ -2,7 +2,7 @@
 
 When rewards are differentiable functions of the parameters (r_i = r(x_i(theta)), e.g. a differentiable reward
 model on reparameterized samples), the U-statistic value v = lstat_value(r, w) = sum_m c_m r_(m) (see
-`ordergrad_trl.advantage`) can be differentiated directly: dv/dr_i = c_(rank of r_i), the value's rank weight mapped
+`ordergrad_trl.core.advantage`) can be differentiated directly: dv/dr_i = c_(rank of r_i), the value's rank weight mapped
 back to the item. With a.s. distinct rewards (continuous reward distributions) `grad_theta v` is an unbiased
 estimate of the pathwise gradient of J = E[sum_j w_j R_(j:K)], and can be combined with the score-function
 advantages of `lstat_advantage`.

@@ -200,7 +200,7 @@ class _Pool:
                         elif msg[0] in ("gold", "gold done"):  # a gold parse starts or ends: a fresh window
                             w.parsing_gold = msg[0] == "gold"
                         elif msg[0] != w.pending.popleft():
-                            raise RuntimeError("ordergrad_trl.rewards: a worker answered out of order")
+                            raise RuntimeError("ordergrad_trl.tasks.rewards: a worker answered out of order")
                         else:
                             out[msg[0]], status[msg[0]], left = msg[1], msg[2], left - 1
                         w.deadline = time.monotonic() + timeout_s
@@ -209,7 +209,7 @@ class _Pool:
                     dead = True  # e.g. the OOM killer took it on a hostile item
                 if dead or time.monotonic() > w.deadline:
                     if not w.ready:
-                        raise RuntimeError("ordergrad_trl.rewards: a math-verify worker failed to start")
+                        raise RuntimeError("ordergrad_trl.tasks.rewards: a math-verify worker failed to start")
                     if w.pending:  # the item it was on is the culprit; the rest goes back to the queue
                         i = w.pending.popleft()
                         if w.parsing_gold:  # its gold: unscorable in this call, for every item that shares it

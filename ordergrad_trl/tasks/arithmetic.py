@@ -1,6 +1,6 @@
 """Built-in offline task families with exact integer answers: `arithmetic` (word problems) and `digits` (bare sums).
 
-Registered in `ordergrad_trl.data` (`load_math_dataset("digits", split="train")`). `digits` is calibrated for
+Registered in `ordergrad_trl.tasks.data` (`load_math_dataset("digits", split="train")`). `digits` is calibrated for
 SmolLM2-135M-Instruct at T=0.7: its base pass@1 is inside (0, 1) with per-problem success spread from 0 to 1,
 which is what a group-relative RL signal needs (measured in `recipes/compare_objectives.py`, base unit).
 """
@@ -13,7 +13,8 @@ from typing import Any
 
 import datasets
 
-from .data import DEFAULT_USER_TEMPLATE, MATH_SETS, _format
+from .prompts import DEFAULT_USER_TEMPLATE, format_rows
+from .sets import MATH_SETS
 
 __all__ = ["arithmetic_dataset", "digits_dataset"]
 
@@ -89,7 +90,7 @@ def _build(name: str, train_keys, test_keys, question_of, *, system_prompt, user
             columns["a"].append(a)
             columns["b"].append(b)
             columns["op"].append(op)
-        splits[split] = _format(
+        splits[split] = format_rows(
             datasets.Dataset.from_dict(columns),
             spec,
             split,

@@ -90,7 +90,7 @@ def ordergrad(rewards: torch.Tensor, *, objective: str = "TopM:2", k: int = 4) -
     J = E[sum_j w_j R_(j:K)] over K i.i.d. rewards. With S a uniform K-subset of the group,
     A_i = K (E[L(S) | i in S] - E[L(S) | S drawn from the other n-1]): unbiased for grad J, exactly centered, tied
     rewards get identical advantages. `objective="Mean"` (any K) is `rloo`. Needs N > K; NaN rollouts get 0 and a
-    group with n <= K valid rewards gets all 0 (see `ordergrad_trl.advantage`).
+    group with n <= K valid rewards gets all 0 (see `ordergrad_trl.core.advantage`).
     """
     r, out = _prepare(rewards, "ordergrad")
     adv = k * lstat_advantage(r, rank_weights(objective, _check_k(k, "ordergrad")))

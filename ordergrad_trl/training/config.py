@@ -13,17 +13,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOConfig
 
-from .estimators import ESTIMATORS, bind_estimator, estimator_params
-from .objectives import VALID_OBJECTIVES, rank_weights
-from .schedule import ObjectiveStage, split_objective_at_k, string_list, parse_objective_schedule
+from ..core.estimators import ESTIMATORS, estimator_params
+from ..core.schedule import ObjectiveStage, parse_objective_schedule, split_objective_at_k, string_list
+from .checks import check_estimator, check_objective, check_reward_objectives, warn_about_eval_groups
 
 logger = logging.getLogger(__name__)
 
 # On-policy, these loss types give a gradient along -(1/N) sum_i A_i grad log pi(o_i); the value is its scale.
 EXACT_LOSS_TYPES = {"luspo": "exactly 1", "dr_grpo": "1/max_completion_length (a constant)"}
-
-# Estimator parameters that other config fields set; naming them in `ordergrad_estimator_kwargs` is an error.
-_PARAMS_FROM_FIELDS = {"objective": "ordergrad_objective", "k": "ordergrad_k", "scale": "scale_rewards"}
 
 # K when `ordergrad_k` is unset, as long as num_generations allows it (K < num_generations).
 DEFAULT_K = 4
@@ -97,8 +94,8 @@ class OrderGradConfig(GRPOConfig):
         > Parameters that choose the advantage estimator, a schedule, or one objective per reward function
 
         ordergrad_estimator (`str`, *optional*, defaults to `"ordergrad"`):
-            Group advantage estimator, a name from [`~ordergrad_trl.estimators.ESTIMATORS`] (formulas, papers,
-            bias and centering in `ordergrad_trl.estimators`): `"ordergrad"` (unbiased for any objective, centered),
+            Group advantage estimator, a name from [`~ordergrad_trl.core.estimators.ESTIMATORS`] (formulas, papers,
+            bias and centering in `ordergrad_trl.core.estimators`): `"ordergrad"` (unbiased for any objective, centered),
             `"grpo"` (TRL's; biased unless `scale_rewards="none"`, centered), `"rloo"` (unbiased for the mean,
             centered), `"maxk_tang"` (unbiased for max@K, not centered), `"passk_chen"` (biased, centered, 0/1
             rewards only), `"pkpo"` (unbiased for max@K, not centered), `"rs_grpo"` (biased, centered). Estimators
@@ -263,12 +260,14 @@ class OrderGradConfig(GRPOConfig):
             stages = parse_objective_schedule(self.ordergrad_schedule)
             for index, stage in enumerate(stages):
                 entry = f"ordergrad_schedule[{index}]={self.ordergrad_schedule[index]!r}"
-                self._check_objective(stage.objective, stage.k, "objective", "K", entry=entry)
+                check_objective(stage.objective, stage.k, self.num_generations, "objective", "K", entry=entry)
             self._warn_if_overridden("ordergrad_schedule", stages[0].objective, stages[0].k)
             # the fields then name the objective training starts with, for code that reads them (marked: they
             # follow the schedule in a copy)
             self.ordergrad_objective, self.ordergrad_k = _ResolvedStr(stages[0].objective), _ResolvedInt(stages[0].k)
-        self._check_objective(self.ordergrad_objective, self.ordergrad_k, "ordergrad_objective", "ordergrad_k")
+        check_objective(
+            self.ordergrad_objective, self.ordergrad_k, self.num_generations, "ordergrad_objective", "ordergrad_k"
+        )
         if self.scale_rewards not in ("none", "group", "batch"):
             raise ValueError(
                 f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {self.scale_rewards!r}."
@@ -280,11 +279,15 @@ class OrderGradConfig(GRPOConfig):
                 "functions; 'normalize_then_sum' z-scores each function within its group, which makes a rollout's "
                 "reward depend on its group mates."
             )
-        self._check_estimator()
+        name = self.ordergrad_estimator
+        if not isinstance(name, str) or name.strip().lower() not in ESTIMATORS:
+            raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATORS)}.")
+        self.ordergrad_estimator = name.strip().lower()
+        check_estimator(self)
         if self.ordergrad_reward_objectives is not None:
-            self._check_reward_objectives()
-
-        self._warn_about_eval_groups()
+            check_reward_objectives(self)
+            self._warn_if_overridden("ordergrad_reward_objectives", None, None)
+        warn_about_eval_groups(self)
 
     # ------------------------------------------------------------------------------------------ resolved settings
 
@@ -330,104 +333,4 @@ class OrderGradConfig(GRPOConfig):
                 f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported}. Install a "
                 f"supported one: pip install \"vllm{supported}\" (or pip install \"ordergrad-trl[vllm]\"), or set "
                 "use_vllm=False."
-            )
-
-    def _check_objective(self, objective, k, objective_field: str, k_field: str, entry: str | None = None):
-        """`entry` names a list entry (schedule, per-reward objectives) holding both; else two fields hold them."""
-        at = f"{entry}: " if entry else ""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"{at}{k_field} must be a positive integer, got {k!r}.")
-        if k >= self.num_generations:
-            raise ValueError(
-                f"{at}{k_field} ({k}) must be smaller than num_generations ({self.num_generations}): the "
-                f"leave-one-out advantage of a rollout needs K other rollouts of the same prompt. Lower {k_field} or "
-                "raise num_generations."
-            )
-        try:
-            rank_weights(objective, k)
-        except ValueError as err:
-            raise ValueError(f"{at}{objective_field}={objective!r} is not valid for {k_field}={k}: {err}") from err
-        except TypeError as err:
-            raise ValueError(
-                f"{at}{objective_field} must be a string (a preset or comma-separated weights), got {objective!r}. "
-                f"Valid forms: {VALID_OBJECTIVES}."
-            ) from err
-
-    def _check_estimator(self):
-        name = self.ordergrad_estimator
-        if not isinstance(name, str) or name.strip().lower() not in ESTIMATORS:
-            raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATORS)}.")
-        self.ordergrad_estimator = name.strip().lower()
-        kwargs = self.ordergrad_estimator_kwargs
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise ValueError(
-                f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}', "
-                f"got {kwargs!r}."
-            )
-        reserved = sorted(set(kwargs or {}) & set(_PARAMS_FROM_FIELDS))
-        if reserved:
-            raise ValueError(
-                f"ordergrad_estimator_kwargs must not set {reserved}: set "
-                f"{', '.join(_PARAMS_FROM_FIELDS[p] for p in reserved)} instead."
-            )
-        accepted = estimator_params(self.ordergrad_estimator)
-        if self.ordergrad_schedule is not None and not {"objective", "k"} & set(accepted):
-            raise ValueError(
-                f"ordergrad_schedule has no effect with ordergrad_estimator={self.ordergrad_estimator!r}, which takes "
-                "neither an objective nor k; use one that does: "
-                f"{', '.join(n for n in ESTIMATORS if {'objective', 'k'} & set(estimator_params(n)))}."
-            )
-        for index, stage in enumerate(self.ordergrad_stages()):
-            if self.ordergrad_schedule is not None:
-                where = f"ordergrad_schedule[{index}]={self.ordergrad_schedule[index]!r}"
-            else:
-                params = self.ordergrad_estimator_params(stage)
-                where = ", ".join(f"{f}={params[p]!r}" for p, f in _PARAMS_FROM_FIELDS.items() if p in params)
-            try:
-                bind_estimator(
-                    self.ordergrad_estimator, num_generations=self.num_generations,
-                    **self.ordergrad_estimator_params(stage),
-                )  # fmt: skip
-            except (ValueError, TypeError) as err:
-                setting = ", ".join(filter(None, [kwargs and f"ordergrad_estimator_kwargs={kwargs!r}", where]))
-                raise ValueError(
-                    f"ordergrad_estimator={self.ordergrad_estimator!r} with {setting}, num_generations="
-                    f"{self.num_generations}: {err}"
-                ) from err
-
-    def _check_reward_objectives(self):
-        if self.ordergrad_estimator != "ordergrad":
-            raise ValueError(
-                "ordergrad_reward_objectives needs ordergrad_estimator='ordergrad' (the per-function advantages are "
-                f"OrderGrad's L-statistic advantages), got ordergrad_estimator={self.ordergrad_estimator!r}."
-            )
-        if self.ordergrad_schedule is not None:
-            raise ValueError("ordergrad_reward_objectives and ordergrad_schedule cannot be combined; set one of them.")
-        self._warn_if_overridden("ordergrad_reward_objectives", None, None)
-        for index, (objective, k) in enumerate(self.ordergrad_reward_specs()):
-            where = f"ordergrad_reward_objectives[{index}]={self.ordergrad_reward_objectives[index]!r}"
-            self._check_objective(objective, k, "objective", "K", entry=where)
-
-    def _warn_about_eval_groups(self):
-        n_eval = self.num_generations_eval
-        if n_eval is None or n_eval == self.num_generations:
-            return
-        specs = self.ordergrad_reward_specs()
-        if specs is not None:
-            bindings = [("ordergrad", {"objective": o, "k": k}) for o, k in specs]
-        else:
-            bindings = [(self.ordergrad_estimator, self.ordergrad_estimator_params(s)) for s in self.ordergrad_stages()]
-        undefined = []
-        for name, params in bindings:
-            try:
-                bind_estimator(name, num_generations=n_eval, **params)
-            except ValueError as err:
-                undefined.append(str(err))
-        max_k = max(k for _, k in specs) if specs else max(s.k for s in self.ordergrad_stages())
-        if undefined or n_eval < max_k:
-            logger.warning(
-                "num_generations_eval (%d): %s in evaluation, where those advantages are set to 0 (the eval policy "
-                "loss is only logged); ordergrad/objective is logged only for K <= num_generations_eval.",
-                n_eval,
-                f"the advantage is undefined for some K ({undefined[0]})" if undefined else "some K exceed it",
             )

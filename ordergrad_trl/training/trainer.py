@@ -21,12 +21,12 @@ from packaging.version import Version
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from .advantage import _float64_device, lstat_value
+from ..core.advantage import _float64_device, lstat_value
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
-from .schedule import ObjectiveStage
-from .estimators import bind_estimator
-from .objectives import rank_weights
-from .rewards import pop_counts as pop_reward_counts
+from ..core.schedule import ObjectiveStage
+from ..core.estimators import bind_estimator
+from ..core.objectives import rank_weights
+from ..tasks.rewards import pop_counts as pop_reward_counts
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class OrderGradTrainer(GRPOTrainer):
     unbiased estimate of the gradient of J. A rollout for which every reward function returned `None` is
     unscorable: it is left out of its group's ranking and gets advantage 0.
 
-    `ordergrad_estimator` swaps in another group estimator of `ordergrad_trl.estimators` (GRPO, RLOO, PKPO, ...),
+    `ordergrad_estimator` swaps in another group estimator of `ordergrad_trl.core.estimators` (GRPO, RLOO, PKPO, ...),
     `ordergrad_schedule` changes the objective and K with `state.global_step` (the active stage is a function of
     the step alone, so it survives checkpoint resumes), and `ordergrad_reward_objectives` gives each reward
     function its own objective (see [`~OrderGradTrainer.compute_advantages_per_reward`]).
@@ -290,7 +290,7 @@ class OrderGradTrainer(GRPOTrainer):
         return output
 
     def _log_reward_failures(self, mode: str) -> None:
-        """`ordergrad/reward_timeouts`, `ordergrad/reward_unscorable`: math-verify items (`ordergrad_trl.rewards`) of
+        """`ordergrad/reward_timeouts`, `ordergrad/reward_unscorable`: math-verify items (`ordergrad_trl.tasks.rewards`) of
         this batch, summed over processes, that timed out (scored 0.0 or None) or whose gold parses to nothing
         (None). Logged only when the batch went through `score_completions` (e.g. the `math_reward` function)."""
         counts = pop_reward_counts()

@@ -36,7 +36,7 @@ about 2N machine epsilons whatever C(N, K) is (C(1024, 512) ~ 4e306). The tables
 lazily per count of valid rewards that actually occurs, cached by (N, count, weights), and moved to the rewards'
 device and compute dtype (float32 on devices without float64, such as Apple MPS).
 
-Conventions: weights are ascending (w[0] weighs the smallest draw), see `ordergrad_trl.objectives`.
+Conventions: weights are ascending (w[0] weighs the smallest draw), see `ordergrad_trl.core.objectives`.
 NaN marks an unscorable reward: it gets advantage 0 and the rest of its group is ranked as a group of its own
 size n (all 0 when n <= K).
 """

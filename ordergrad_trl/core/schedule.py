@@ -1,5 +1,7 @@
-"""Objective schedules and `OBJECTIVE@K` entries: the string forms of `ordergrad_schedule` and
-`ordergrad_reward_objectives` (`OrderGradConfig`), parsed here; the objectives themselves are checked there."""
+"""Parsers of objective schedules and `OBJECTIVE@K` entries.
+
+These are the string forms of `ordergrad_schedule` and `ordergrad_reward_objectives` (`OrderGradConfig`); the
+objectives themselves are checked there."""
 
 from __future__ import annotations
 

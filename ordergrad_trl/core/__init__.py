@@ -1,0 +1,10 @@
+"""Layer 1: OrderGrad's math in pure torch, importable without TRL.
+
+Objective strings -> rank weights (`objectives`), the unbiased L-statistic value and leave-one-out advantage
+(`advantage`), the estimator zoo (`estimators`), pathwise gradients (`pathwise`) and objective schedules
+(`schedule`)."""
+
+from .advantage import lstat_advantage, lstat_value
+from .objectives import rank_weights
+
+__all__ = ["rank_weights", "lstat_value", "lstat_advantage"]

@@ -1,0 +1,265 @@
+"""Every command in README.md, eval/README.md and docs/*.md runs, as written, from a directory outside the repo.
+
+Commands are parsed from the files' ```bash blocks (tests/docs_commands.py), so they cannot drift from what users
+read. Each goes to the first handler whose pattern matches; a command that no handler knows fails
+`test_every_command_has_a_handler`. Handlers change sizes only (steps, problems, samples, repeats, and the model:
+the tiny test model); commands that need a GPU are checked without one, up to the point where a GPU is needed:
+the launcher's arguments, its config file, and the recipe's full config parse and construction. Some entry points
+have a dedicated test module that runs their documented commands with oracle checks; for those this module checks
+that the module sees the same commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docs_commands import REPO, Command, commands_in, doc_files, documented_commands  # noqa: E402
+
+COMMANDS = documented_commands()
+# Relative paths in the docs are relative to the repo root; run from elsewhere they must be made absolute.
+REPO_PATH = re.compile(r"^(recipes|benchmarks|docs|accelerate_configs)/")
+OFFLINE = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def absolute(argv) -> list[str]:
+    return [str(REPO / a) if REPO_PATH.match(a) else a for a in argv]
+
+
+def run(argv, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **OFFLINE, **(env or {})}
+    full_env.pop("PYTHONPATH", None)  # the installed package, as users have it
+    proc = subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{argv}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def flag(argv, name: str, default=None):
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+# ---------------------------------------------------------------------------------------------------- handlers
+
+
+def check_pip(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """Installs are what CI itself runs (.ci/run); here: every extra named exists in pyproject.toml."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for word in cmd.argv[2:]:
+        match = re.fullmatch(r"(?:-e )?\.\[([\w,-]+)\]", word)
+        if match:
+            unknown = set(match.group(1).split(",")) - set(extras)
+            assert not unknown, f"{cmd}: extras {unknown} not in pyproject.toml ({sorted(extras)})"
+    if "torch==" in cmd.text:  # the pin that keeps pip off the CUDA wheels is the one CI installs
+        assert cmd.text.split()[-1] in (REPO / ".ci" / "run").read_text(), cmd
+
+
+def check_pytest(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """The README's test command is the one CI runs (not run again from inside the tests)."""
+    ci = (REPO / ".ci" / "run").read_text()
+    assert cmd.text in ci, f"{cmd} is not what .ci/run runs"
+
+
+def _launch(cmd: Command):
+    """(launcher args, script, script args) of an `accelerate launch` or `torchrun` command."""
+    argv = list(cmd.argv)
+    script = next(i for i, a in enumerate(argv) if a.endswith(".py"))
+    return argv[:script], argv[script], argv[script + 1 :]
+
+
+def _uses_gpu(launcher: list[str]) -> bool:
+    if "--cpu" in launcher or launcher[0] == "torchrun":
+        return False
+    config_file = flag(launcher, "--config_file")
+    return config_file is None or "use_cpu: true" not in (REPO / config_file).read_text()
+
+
+def check_recipe_launch(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    launcher, script, script_args = _launch(cmd)
+    assert script == "recipes/math_cvar.py", cmd
+    if _uses_gpu(launcher):
+        check_gpu_launch(launcher, script_args)
+        return
+    # CPU: run it, with sizes shrunk (1 step, 2 eval problems, short completions, the tiny model)
+    shrink = ["--model_name_or_path", str(tiny_model_dir), "--max_steps", "1", "--max_completion_length", "8",
+              "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+              "--max_eval_samples", "2", "--num_generations_eval", "2", "--output_dir", str(tmp_path / "out")]  # fmt: skip
+    if launcher[:2] == ["accelerate", "launch"]:
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", *launcher[2:]]
+    proc = run([*absolute(launcher), str(REPO / script), *absolute(script_args), *shrink], tmp_path, dict(cmd.env))
+    assert "Model saved to" in proc.stdout, proc.stdout[-2000:]
+    # pass@1 with a 95% CI over the 2 eval problems, before and after, and the paired change
+    assert "eval math reward (pass@1, 2 problems x 2 samples, 95% CI):" in proc.stdout, proc.stdout[-2000:]
+    assert "after; change" in proc.stdout
+    if not script_args:  # the quickstart: Top-2@4 over N=8, and which groups carry signal
+        assert "only groups with 1 to 5 successes get a learning signal" in proc.stdout
+    assert (tmp_path / "out" / "model.safetensors").exists()
+    state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())  # the per-step log, no checkpoints
+    assert [row["step"] for row in state["log_history"] if "reward" in row] == [1]
+
+
+def check_gpu_launch(launcher: list[str], script_args: list[str]) -> None:
+    """Without a GPU: the launcher's arguments and config file load, and the recipe's config parses and builds
+    (every OrderGradConfig check runs; bf16 is switched off only because a CPU-only machine refuses it)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    launcher = [os.path.expandvars(a.replace("$RANK", "0").replace("$MASTER_ADDR", "127.0.0.1")) for a in launcher]
+    args = launch_command_parser().parse_args(absolute(launcher[2:]) + ["recipes/math_cvar.py"])
+    if args.config_file:
+        load_config_from_file(args.config_file)
+    recipe = _recipe_module()
+    from trl import ModelConfig, TrlParser
+
+    from ordergrad_trl import OrderGradConfig
+
+    parser = TrlParser((recipe.MathScriptArguments, OrderGradConfig, ModelConfig))
+    _, training_args, _ = parser.parse_args_and_config(absolute(script_args) + ["--bf16", "false", "--use_cpu", "true"])
+    assert training_args.num_generations > training_args.ordergrad_k
+
+
+def _recipe_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("math_cvar_docs", REPO / "recipes" / "math_cvar.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_vllm_serve(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """GPU-only: TRL's `vllm-serve` script arguments parse (vLLM itself is not imported)."""
+    from transformers import HfArgumentParser
+    from trl.scripts.vllm_serve import ScriptArguments
+
+    (args,) = HfArgumentParser(ScriptArguments).parse_args_into_dataclasses(list(cmd.argv[2:]))
+    assert args.model
+
+
+def check_gpu_smoke(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """GPU-only: the script parses (tests/test_gpu_smoke.py runs it with stand-ins for each part)."""
+    subprocess.run(["bash", "-n", str(REPO / cmd.argv[1])], check=True)
+
+
+def check_script(shrink: list[str], expect: str | None = None, timeout: int = 600):
+    def check(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+        extra = [str(tiny_model_dir) if a == "{tiny}" else str(tmp_path) if a == "{tmp}" else a for a in shrink]
+        proc = run([sys.executable, *absolute(cmd.argv[1:]), *extra], tmp_path, dict(cmd.env), timeout)
+        if expect:
+            assert re.search(expect, proc.stdout), proc.stdout[-2000:]
+
+    return check
+
+
+def delegated(module: str):
+    """Entry points whose documented commands a dedicated module runs with oracle checks."""
+
+    def check(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+        test_module = __import__(module)
+        assert cmd in test_module.documented(), f"{module} does not run {cmd}"
+
+    return check
+
+
+def check_config_reference(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """In this process (TRL is imported already): with --check it only compares docs/config.md with the code."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate_config_reference", REPO / cmd.argv[1])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([*cmd.argv[2:], "--check"]) == 0, "docs/config.md is stale: python docs/generate_config_reference.py"
+
+
+def check_summarize(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    # the committed units, summarized into a copy so that the committed summary is not rewritten by a test
+    import shutil
+
+    assets = tmp_path / "assets"
+    shutil.copytree(REPO / "recipes" / "assets" / "compare_objectives", assets / "compare_objectives")
+    run([sys.executable, *absolute(cmd.argv[1:]), "--assets_dir", str(assets / "compare_objectives")], tmp_path)
+    assert (assets / "compare_objectives.json").is_file() and (assets / "compare_objectives.md").is_file()
+
+
+HANDLERS = [
+    (r"pip install\b", check_pip),
+    (r"python -m pytest\b", check_pytest),
+    (r"(accelerate launch|torchrun)\b.* recipes/math_cvar\.py\b", check_recipe_launch),
+    (r"trl vllm-serve\b", check_vllm_serve),
+    (r"bash benchmarks/gpu_smoke\.sh$", check_gpu_smoke),
+    (r"python (-m eval\.\w+|benchmarks/eval_throughput\.py)\b", delegated("test_eval_docs_commands")),
+    (r"python benchmarks/trl_suite/run\.py\b", delegated("test_trl_suite")),
+    (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
+    (r"python recipes/compare_objectives\.py$", delegated("test_compare_objectives")),
+    (r"python recipes/compare_objectives\.py --summarize$", check_summarize),
+    (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1"], r"ours / GRPO")),
+    (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1"])),
+    (r"python benchmarks/maj_speed\.py$", check_script(["--quick"])),
+    (r"python benchmarks/reward_speed\.py\b", check_script(["--items", "16"])),
+    (r"python benchmarks/trainer_step\.py$", check_script(["--rounds", "1", "--steps", "2", "--warmup", "0"])),
+    (r"python recipes/bandit_diagnostic\.py$", check_script(["--steps", "3", "--seeds", "1", "--output_dir", "{tmp}"])),
+    (r"python docs/generate_config_reference\.py$", check_config_reference),
+]
+
+
+def handler_of(cmd: Command):
+    line = " ".join(cmd.argv)
+    return next((h for pattern, h in HANDLERS if re.match(pattern, line)), None)
+
+
+def test_every_command_has_a_handler():
+    assert len({c.doc for c in COMMANDS}) >= 5, "the docs parser found commands in too few files"
+    unknown = [str(c) for c in COMMANDS if not c.inline and handler_of(c) is None]
+    assert not unknown, "documented commands no test runs:\n" + "\n".join(unknown)
+
+
+def test_inline_script_commands_are_also_in_a_bash_block():
+    """Prose may name a command in `code`; a runnable script command must then also appear in a bash block."""
+    blocks = {c.argv for c in COMMANDS if not c.inline}
+    loose = [str(c) for c in COMMANDS if c.inline and re.match(r"python \S+\.py", " ".join(c.argv))
+             and c.argv not in blocks]  # fmt: skip
+    assert not loose, "run these from a ```bash block so the docs test covers them:\n" + "\n".join(loose)
+
+
+def test_readme_is_a_landing_page():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move reference material to docs/"
+    for doc in doc_files():  # every relative link resolves
+        text = (REPO / doc).read_text()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if not re.match(r"[a-z]+:", target):
+                assert (REPO / doc).parent.joinpath(target).exists(), f"{doc}: broken link {target}"
+
+
+def _unique(commands: list[Command]) -> list[Command]:
+    seen, out = set(), []
+    for c in commands:  # the install line recurs in the quickstart and test lines: run each command once
+        if not c.inline and (c.env, c.argv) not in seen:
+            seen.add((c.env, c.argv))
+            out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("cmd", _unique(COMMANDS), ids=str)
+def test_documented_command(cmd, tmp_path, tiny_model_dir):
+    handler = handler_of(cmd)
+    if handler is None:
+        pytest.fail(f"no handler for {cmd}")
+    cwd = tmp_path / "elsewhere"  # never the repo root
+    cwd.mkdir()
+    handler(cmd, cwd, tiny_model_dir)
+
+
+def test_parser_sees_what_a_reader_sees():
+    readme = commands_in("README.md")
+    assert [c.argv[-1] for c in readme if c.argv[:2] == ("python", "-m")] == ["-q", "runs/eval_cvar"]
+    assert any(c.argv[:2] == ("accelerate", "launch") and "--cpu" in c.argv for c in readme)
+    server = [c for c in readme if c.argv[:2] == ("trl", "vllm-serve")]
+    assert server and dict(server[0].env) == {"CUDA_VISIBLE_DEVICES": "0"}

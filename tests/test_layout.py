@@ -1,0 +1,151 @@
+"""The package layout: three layers without import cycles, the kernel without TRL, the public imports unchanged,
+one-line module summaries and files readable in one sitting."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "ordergrad_trl"
+LAYERS = {"core": 0, "training": 1, "tasks": 1}  # training and tasks both build on core only (see ordergrad_trl/__init__)
+ALLOWED_ACROSS = {("training", "tasks.rewards")}  # the trainer logs the math reward's failure counters
+MAX_LINES = 400
+OWN_SOURCES = ["ordergrad_trl", "eval", "recipes", "benchmarks", "docs"]
+VENDORED = {"benchmarks/trl_suite/test_grpo_trainer.py", "benchmarks/trl_suite/testing_utils.py"}  # TRL's, verbatim
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """ordergrad_trl modules that `path` imports, at module level or inside functions."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            if candidate.startswith("ordergrad_trl") and (REPO / (candidate.replace(".", "/") + ".py")).is_file():
+                found.add(candidate)
+            elif candidate.startswith("ordergrad_trl") and (REPO / candidate.replace(".", "/") / "__init__.py").is_file():
+                found.add(candidate)
+    return found - {name}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_import_cycles():
+    edges = graph()
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for target in sorted(edges.get(node, ())):
+            assert target not in path, "import cycle: " + " -> ".join(path[path.index(target) :] + [target])
+            if target not in done:
+                visit(target, path + [target])
+        done.add(node)
+
+    for node in sorted(edges):
+        visit(node, [node])
+
+
+def test_layers_import_only_downwards():
+    for module, targets in graph().items():
+        parts = module.split(".")
+        if len(parts) < 2 or parts[1] not in LAYERS:
+            continue
+        for target in targets:
+            tparts = target.split(".")
+            if len(tparts) < 2 or tparts[1] not in LAYERS or tparts[1] == parts[1]:
+                continue
+            across = (parts[1], ".".join(tparts[1:]))
+            assert LAYERS[tparts[1]] < LAYERS[parts[1]] or across in ALLOWED_ACROSS, f"{module} imports {target}"
+        if parts[1] == "core":
+            assert not any(t.split(".")[1:2] in (["training"], ["tasks"]) for t in targets), module
+
+
+def test_core_imports_without_trl():
+    code = (
+        "import sys\n"
+        "import ordergrad_trl\n"
+        "from ordergrad_trl.core import advantage, estimators, objectives, pathwise, schedule\n"
+        "from ordergrad_trl import rank_weights, lstat_value, lstat_advantage\n"
+        "heavy = [m for m in ('trl', 'transformers', 'datasets', 'accelerate') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO.parent)
+
+
+def test_public_imports_unchanged():
+    import ordergrad_trl
+    from ordergrad_trl import ObjectiveStage, OrderGradConfig, OrderGradTrainer, lstat_advantage, lstat_value
+    from ordergrad_trl import rank_weights
+    from ordergrad_trl.core.schedule import ObjectiveStage as stage_class
+    from ordergrad_trl.training import OrderGradConfig as config_class
+    from ordergrad_trl.training import OrderGradTrainer as trainer_class
+
+    assert (OrderGradConfig, OrderGradTrainer, ObjectiveStage) == (config_class, trainer_class, stage_class)
+    assert callable(lstat_advantage) and callable(lstat_value) and callable(rank_weights)
+    assert set(ordergrad_trl.__all__) >= {"OrderGradConfig", "OrderGradTrainer", "lstat_advantage", "rank_weights"}
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [("objectives", "core.objectives"), ("advantage", "core.advantage"), ("estimators", "core.estimators"),
+     ("pathwise", "core.pathwise"), ("schedule", "core.schedule"), ("config", "training.config"),
+     ("trainer", "training.trainer"), ("data", "tasks.data"), ("arithmetic", "tasks.arithmetic"),
+     ("rewards", "tasks.rewards"), ("models", "tasks.models")],
+)  # fmt: skip
+def test_old_module_paths_are_the_new_modules(old, new):
+    import importlib
+
+    assert importlib.import_module(f"ordergrad_trl.{old}") is importlib.import_module(f"ordergrad_trl.{new}")
+    # `from ordergrad_trl.<old> import name` and monkeypatching through the old path reach the same object
+    module = importlib.import_module(f"ordergrad_trl.{old}")
+    name = next(n for n in dir(module) if not n.startswith("_"))
+    assert getattr(module, name) is getattr(importlib.import_module(f"ordergrad_trl.{new}"), name)
+
+
+def test_unknown_submodule_still_fails():
+    with pytest.raises(ModuleNotFoundError):
+        import ordergrad_trl.no_such_module  # noqa: F401
+
+
+def _own_python_files() -> list[Path]:
+    files = [p for d in OWN_SOURCES for p in (REPO / d).rglob("*.py")]
+    return [p for p in files if str(p.relative_to(REPO)) not in VENDORED and "__pycache__" not in p.parts]
+
+
+def test_files_fit_one_sitting():
+    long = {str(p.relative_to(REPO)): n for p in _own_python_files() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_every_module_opens_with_a_one_line_summary():
+    for path in _own_python_files():
+        tree = ast.parse(path.read_text())
+        doc = ast.get_docstring(tree, clean=False)
+        where = path.relative_to(REPO)
+        assert doc, f"{where} has no module docstring"
+        lines = doc.strip("\n").splitlines()
+        assert lines[0].strip(), f"{where}: the docstring must start with its summary line"
+        assert len(lines) == 1 or not lines[1].strip(), f"{where}: the summary must fit on one line"
