@@ -65,6 +65,7 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--no-loop", action="store_true", help="skip the (slow) per-group loop column")
+    parser.add_argument("--quick", action="store_true", help="G=256 and N<=16 only (a smoke run of the same code)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
@@ -74,8 +75,8 @@ def main():
     print("| G | N | K | rewards | GRPO mean/std (us) | OrderGrad (us) | ours / GRPO | sort alone (us) "
           "| per-group loop (us) | loop / ours |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for g in (256, 4096):
-        for n in (8, 16, 64):
+    for g in (256,) if args.quick else (256, 4096):
+        for n in (8, 16) if args.quick else (8, 16, 64):
             for k in sorted({4, n // 2}):
                 weights = rank_weights("TopM:2", k)
                 for kind in ("0/1", "continuous"):

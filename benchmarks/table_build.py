@@ -52,12 +52,14 @@ def build(n: int, w: tuple[float, ...]) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="N<=128 only (a smoke run of the same code)")
     args = parser.parse_args()
+    keep = (lambda n: n <= 128) if args.quick else (lambda n: True)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, 1 thread; times: min of {args.repeats} repeats")
     print("| N | K | objective | table build (ms) | previous (ms) | previous / now |")
     print("|---|---|---|---|---|---|")
-    for n, k in ((64, 32), (128, 64), (256, 128), (1024, 512)):
+    for n, k in filter(lambda nk: keep(nk[0]), ((64, 32), (128, 64), (256, 128), (1024, 512))):
         for objective in OBJECTIVES:
             w = tuple(rank_weights(objective, k).tolist())
             now = best_of(lambda: build(n, w), args.repeats)
@@ -71,7 +73,7 @@ def main():
     print("| N | K | first call (ms) | warm call (ms) | first / warm |")
     print("|---|---|---|---|---|")
     gen = torch.Generator().manual_seed(0)
-    for n, k in ((128, 64), (256, 128), (1024, 512)):
+    for n, k in filter(lambda nk: keep(nk[0]), ((128, 64), (256, 128), (1024, 512))):
         r = (torch.rand(64, n, generator=gen) < 0.3).float()
         r[torch.rand(64, n, generator=gen) < 0.1] = math.nan
         ws = [rank_weights(o, k) for o in OBJECTIVES]

@@ -34,18 +34,22 @@ def _default(f: dataclasses.Field) -> str:
     return f"`{value!r}`"
 
 
-def _type(f: dataclasses.Field) -> str:
-    name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+def _type(cls: type, f: dataclasses.Field) -> str:
+    # From the class's own annotation text: HfArgumentParser rewrites `Field.type` in place (`str | None` -> `str`)
+    # once any parser has seen the dataclass.
+    owner = next(c for c in cls.__mro__ if f.name in c.__dict__.get("__annotations__", {}))
+    annotation = owner.__dict__["__annotations__"][f.name]
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
     return f"`{name}`".replace("|", "\\|")
 
 
-def _table(fields: list[dataclasses.Field], extra: dict[str, str] | None = None) -> list[str]:
+def _table(cls: type, fields: list[dataclasses.Field], extra: dict | None = None) -> list[str]:
     head = ["| field | type | default | " + (" | ".join(extra) + " | " if extra else "") + "help |"]
     head.append("|---|---|---|" + "---|" * (len(extra) if extra else 0) + "---|")
     rows = []
     for f in fields:
         help_text = " ".join(f.metadata.get("help", "").split()).replace("|", "\\|")
-        cells = [f"`{f.name}`", _type(f), _default(f)]
+        cells = [f"`{f.name}`", _type(cls, f), _default(f)]
         if extra:
             cells += [extra_value(f.name) for extra_value in extra.values()]
         rows.append("| " + " | ".join(cells + [help_text]) + " |")
@@ -63,6 +67,7 @@ def render() -> str:
     from ordergrad_trl import OrderGradConfig
 
     grpo = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    recipe_args = _recipe_arguments()
     ours = [f for f in dataclasses.fields(OrderGradConfig) if f.name.startswith("ordergrad_")]
     changed = [
         f for f in dataclasses.fields(OrderGradConfig)
@@ -81,18 +86,18 @@ def render() -> str:
         "Everything in TRL's [`GRPOConfig`](https://huggingface.co/docs/trl/grpo_trainer) applies unchanged. The",
         "class docstring (`help(OrderGradConfig)`) has the long form of each entry.",
         "",
-        *_table(ours),
+        *_table(OrderGradConfig, ours),
         "",
         "## `OrderGradConfig`: GRPOConfig defaults it changes",
         "",
-        *_table(changed, {"GRPO default": lambda name: _default(grpo[name])}),
+        *_table(OrderGradConfig, changed, {"GRPO default": lambda name: _default(grpo[name])}),
         "",
         "## `recipes/math_cvar.py`: script arguments",
         "",
         "`MathScriptArguments` (besides these, the recipe takes TRL's `ModelConfig`, e.g. `--model_name_or_path`,",
         "`--use_peft`).",
         "",
-        *_table([f for f in dataclasses.fields(_recipe_arguments()) if _own_or_changed(f, ScriptArguments)]),
+        *_table(recipe_args, [f for f in dataclasses.fields(recipe_args) if _own_or_changed(f, ScriptArguments)]),
         "",
     ]
     return "\n".join(lines)

@@ -175,7 +175,10 @@ def check_config_reference(cmd: Command, tmp_path: Path, tiny_model_dir) -> None
     spec = importlib.util.spec_from_file_location("generate_config_reference", REPO / cmd.argv[1])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.main([*cmd.argv[2:], "--check"]) == 0, "docs/config.md is stale: python docs/generate_config_reference.py"
+    import difflib
+
+    diff = difflib.unified_diff(module.OUT.read_text().splitlines(), module.render().splitlines(), lineterm="")
+    assert module.main([*cmd.argv[2:], "--check"]) == 0, "docs/config.md is stale:\n" + "\n".join(diff)
 
 
 def check_summarize(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
@@ -199,8 +202,8 @@ HANDLERS = [
     (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
     (r"python recipes/compare_objectives\.py$", delegated("test_compare_objectives")),
     (r"python recipes/compare_objectives\.py --summarize$", check_summarize),
-    (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1"], r"ours / GRPO")),
-    (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1"])),
+    (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
+    (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
     (r"python benchmarks/maj_speed\.py$", check_script(["--quick"])),
     (r"python benchmarks/reward_speed\.py\b", check_script(["--items", "16"])),
     (r"python benchmarks/trainer_step\.py$", check_script(["--rounds", "1", "--steps", "2", "--warmup", "0"])),
