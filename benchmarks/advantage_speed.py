@@ -1,6 +1,6 @@
 """Speed of `lstat_advantage` vs GRPO's group mean/std and vs a per-group Python loop, on the same (G, N) tensor.
 
-    OMP_NUM_THREADS=1 python benchmarks/advantage_speed.py            # one thread, as in the README table
+    OMP_NUM_THREADS=1 python benchmarks/advantage_speed.py            # one thread, as in the docs/benchmarks.md table
     python benchmarks/advantage_speed.py --threads 8 --device cuda
 
 Two reward kinds: 0/1 (pass/fail, what math-verify gives; `lstat_advantage` needs no sort there) and continuous

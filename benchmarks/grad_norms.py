@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "math_cvar.py"
 
 # Overrides on top of recipes/configs/cpu_quickstart.yaml. "long": the word-problem arithmetic set with no system
-# prompt at T=1.0, where the 135M model rambles to the length limit (README, Evaluation), so completions are ~10x
+# prompt at T=1.0, where the 135M model rambles to the length limit (docs/evaluation.md), so completions are ~10x
 # the quickstart's; one group of 8 per step to keep it affordable on a CPU. The model solves none of these, so
 # the length penalty is added to the reward: it differs between rollouts and gives non-zero advantages.
 PRESETS = {

@@ -1,5 +1,5 @@
 """Evaluation of math models for order-statistic objectives: generate -> score -> report.
 
 Installed with the project (`pip install -e .`), so `python -m eval.run ...` works from any directory; see
-eval/README.md.
+docs/evaluation.md.
 """

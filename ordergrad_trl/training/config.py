@@ -137,10 +137,10 @@ class OrderGradConfig(GRPOConfig):
     >   `dapo` (learning rates carry over), so that `max_grad_norm=1.0` clips only outliers. `"luspo"` gives the
     >   same gradient without the constant (scale exactly 1): its norm grows with completion length and
     >   `max_grad_norm=1.0` then clips most steps, so raise `max_grad_norm` (or set it to 0) with it (measured
-    >   in the README, "Training defaults"). `"dapo"`, `"bnpo"`, `"cispo"`, `"vespo"` divide by the batch's token
-    >   count, so the step size varies from batch to batch with completion length (which correlates with reward:
-    >   biased across batches; `"cispo"` also scales by `epsilon_high`); `"grpo"` and `"sapo"` divide each
-    >   rollout by its own length, which changes the direction (biased).
+    >   in docs/training.md, "Loss scaling and gradient clipping"). `"dapo"`, `"bnpo"`, `"cispo"`, `"vespo"`
+    >   divide by the batch's token count, so the step size varies from batch to batch with completion length
+    >   (which correlates with reward: biased across batches; `"cispo"` also scales by `epsilon_high`); `"grpo"`
+    >   and `"sapo"` divide each rollout by its own length, which changes the direction (biased).
     > - `importance_sampling_level`: `None`, resolved to `"sequence"` for `luspo` (the LUSPO paper's setup) and
     >   to TRL's `"token"` for every other loss type. On-policy both levels give the same gradient. The
     >   resolution is redone in a copy made with `dataclasses.replace` (likewise for `ordergrad_k` and
