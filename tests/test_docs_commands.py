@@ -111,7 +111,7 @@ def check_gpu_launch(launcher: list[str], script_args: list[str]) -> None:
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import launch_command_parser
 
-    launcher = [os.path.expandvars(a.replace("$RANK", "0").replace("$MASTER_ADDR", "127.0.0.1")) for a in launcher]
+    launcher = [a.replace("$RANK", "0").replace("$MASTER_ADDR", "127.0.0.1") for a in launcher]
     args = launch_command_parser().parse_args(absolute(launcher[2:]) + ["recipes/math_cvar.py"])
     if args.config_file:
         load_config_from_file(args.config_file)
@@ -125,13 +125,18 @@ def check_gpu_launch(launcher: list[str], script_args: list[str]) -> None:
     assert training_args.num_generations > training_args.ordergrad_k
 
 
-def _recipe_module():
+def _load(path: Path, name: str):
+    """A script of the repo as a module (scripts are not importable by name)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("math_cvar_docs", REPO / "recipes" / "math_cvar.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _recipe_module():
+    return _load(REPO / "recipes" / "math_cvar.py", "math_cvar_docs")
 
 
 def check_vllm_serve(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
@@ -170,12 +175,9 @@ def delegated(module: str):
 
 def check_config_reference(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     """In this process (TRL is imported already): with --check it only compares docs/config.md with the code."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("generate_config_reference", REPO / cmd.argv[1])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     import difflib
+
+    module = _load(REPO / cmd.argv[1], "generate_config_reference")
 
     diff = difflib.unified_diff(module.OUT.read_text().splitlines(), module.render().splitlines(), lineterm="")
     assert module.main([*cmd.argv[2:], "--check"]) == 0, "docs/config.md is stale:\n" + "\n".join(diff)
