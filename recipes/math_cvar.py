@@ -38,6 +38,7 @@ which gives every group with 1 to 5 successes of 8 a signal. The script prints t
 for the chosen objective, and logs `ordergrad/frac_zero_adv_groups` each step.
 """
 
+import gc
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -241,3 +242,6 @@ if __name__ == "__main__":
         sys.argv[1:1] = ["--config", str(DEFAULT_CONFIG)]  # the built-in CPU quickstart; flags override it
     parser = TrlParser((MathScriptArguments, OrderGradConfig, ModelConfig))
     main(*parser.parse_args_and_config())
+    # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
+    # gloo's threads can abort the process ("terminate called without an active exception") after a good run.
+    gc.collect()
