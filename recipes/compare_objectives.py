@@ -4,7 +4,8 @@ Every arm trains SmolLM2-135M-Instruct with `recipes/math_cvar.py` and `recipes/
 on the built-in `digits` task (same base model, data order, sampling, learning rate and steps within a seed; only
 the advantage differs), then `eval/` samples n completions for each held-out problem. A unit (arm x seed, plus the
 untouched base model) writes its small result to `recipes/assets/compare_objectives/<unit>.json` as soon as it
-finishes, so the run resumes where it stopped: rerun the same command and only the missing units run.
+finishes, so the run resumes where it stopped: rerun the same command and only the missing units run (a unit
+stopped after its training reuses the saved model and only evaluates).
 
     python recipes/compare_objectives.py                # every unit still missing, two at a time (one per core)
     python recipes/compare_objectives.py --units grpo-s0 max8-s0     # just these
@@ -73,8 +74,12 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
            *args.train_overrides]  # fmt: skip
     if args.model_name_or_path:
         cmd += ["--model_name_or_path", args.model_name_or_path]
-    run(cmd, work / "train.log", env)
-    history = json.loads((model_dir / "trainer_state.json").read_text())["log_history"]
+    state_file = model_dir / "trainer_state.json"  # the recipe writes it after the model: training finished
+    if state_file.exists():
+        print(f"[{unit}] reusing the trained model in {model_dir} (delete it to retrain)", flush=True)
+    else:
+        run(cmd, work / "train.log", env)
+    history = json.loads(state_file.read_text())["log_history"]
     keep = ("step", "reward", "reward_std", "grad_norm", "loss", "ordergrad/objective",
             "ordergrad/frac_zero_adv_groups", "completions/mean_length")  # fmt: skip
     steps = [{k: row[k] for k in keep if k in row} for row in history if "reward" in row]

@@ -109,6 +109,13 @@ def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     # resume: nothing left to run, so a rerun only summarizes
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.returncode == 0 and "2 of 2 units done; running []" in again.stdout
+    # a unit interrupted after training (its JSON absent, its model saved) resumes at the evaluation
+    (assets / "max8-s0.json").unlink()
+    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert "[max8-s0] reusing the trained model" in third.stdout
+    resumed = json.loads((assets / "max8-s0.json").read_text())
+    assert resumed["train_log"] == units["max8-s0"]["train_log"] and resumed["eval"] == units["max8-s0"]["eval"]
 
 
 def test_summary_of_the_base_model_alone(tmp_path):
