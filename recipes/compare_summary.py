@@ -21,6 +21,9 @@ from ordergrad_trl import lstat_value, rank_weights
 
 BOOTSTRAP = 2000
 METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
+# Paired differences against: GRPO (the usual baseline), RLOO (OrderGrad's own K=1 arm: same advantage scale, so
+# it isolates the objective from GRPO's std scaling) and the untrained model.
+REFERENCES = ("grpo", "rloo", "base")
 EVAL_KEYS = ("dataset_name", "dataset_test_split", "temperature", "max_completion_length", "system_prompt")
 
 
@@ -76,6 +79,7 @@ def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
 
     summary: dict = {"num_problems": num_p, "num_samples": n, "ks": list(range(1, n + 1)), "arms": {}}
     draws: dict[str, dict[str, torch.Tensor]] = {}
+    per_arm: dict[str, dict[str, torch.Tensor]] = {}  # arm -> metric -> (n,) value at k = 1..n
     seed_draws: dict[int, torch.Tensor] = {}
     for arm, us in [("base", [units["base"]] if "base" in units else [])] + list(trained.items()):
         if not us:
@@ -92,14 +96,15 @@ def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
             by_seed = torch.stack([values[:, idx].mean(1) for idx in prob_idx])  # (B, S, n)
             boot = torch.gather(by_seed, 1, seed_idx[:, :, None].expand(-1, -1, n)).mean(1)  # (B, n)
             draws[arm][metric] = boot
-            entry[metric] = {"value": values.mean((0, 1)).tolist(), "ci": _ci(boot),
+            per_arm.setdefault(arm, {})[metric] = values.mean((0, 1))
+            entry[metric] = {"value": per_arm[arm][metric].tolist(), "ci": _ci(boot),
                              "per_seed": values.mean(1).tolist()}  # fmt: skip
         if us[0]["train_log"]:
             steps = [row["step"] for row in us[0]["train_log"]]
             rewards = torch.tensor([[row["reward"] for row in u["train_log"]] for u in us])  # (S, steps)
             entry["train_reward"] = {"step": steps, "mean": rewards.mean(0).tolist(), "per_seed": rewards.tolist()}
         summary["arms"][arm] = entry
-    for ref in ("grpo", "base"):
+    for ref in REFERENCES:
         if ref not in draws:
             continue
         for arm in draws:
@@ -107,9 +112,7 @@ def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
                 continue
             for metric in METRICS:
                 diff = draws[arm][metric] - draws[ref][metric]  # (B, n), paired over problems
-                value = torch.tensor(summary["arms"][arm][metric]["value"]) - torch.tensor(
-                    summary["arms"][ref][metric]["value"]
-                )
+                value = per_arm[arm][metric] - per_arm[ref][metric]  # (n,) float64
                 summary["arms"][arm].setdefault(f"minus_{ref}", {})[metric] = {"value": value.tolist(), "ci": _ci(diff)}
 
     out = assets.parent / f"{assets.name}.json"
@@ -134,21 +137,21 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
     lines.append("")
     lines.append(f"{summary['num_problems']} held-out problems x {summary['num_samples']} samples; 95% bootstrap CIs "
                  "over seeds and problems.")  # fmt: skip
-    if not any("minus_grpo" in entry for entry in summary["arms"].values()):
-        return "\n".join(lines)
-    lines += ["", "Differences vs GRPO (percentage points, paired):", ""]
-    lines.append("| arm | " + " | ".join(head) + " |")
-    lines.append("|---|" + "---|" * len(head))
-    for arm, entry in summary["arms"].items():
-        if "minus_grpo" not in entry:
+    for ref, name in (("grpo", "GRPO"), ("rloo", "RLOO")):
+        rows = [(arm, entry[f"minus_{ref}"]) for arm, entry in summary["arms"].items() if f"minus_{ref}" in entry]
+        rows = [(arm, d) for arm, d in rows if arm != "base"]
+        if not rows:
             continue
-        cells = []
-        for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
-            for k in kk:
-                d = entry["minus_grpo"][metric]
-                v, (lo, hi) = d["value"][k - 1], d["ci"][k - 1]
-                cells.append(f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+        lines += ["", f"Differences vs {name} (percentage points, paired):", ""]
+        lines.append("| arm | " + " | ".join(head) + " |")
+        lines.append("|---|" + "---|" * len(head))
+        for arm, diffs in rows:
+            cells = []
+            for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
+                for k in kk:
+                    v, (lo, hi) = diffs[metric]["value"][k - 1], diffs[metric]["ci"][k - 1]
+                    cells.append(f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -54,10 +54,15 @@ def test_summary_values_cis_and_paired_differences(tmp_path):
     lo, hi = rloo["pass@k"]["ci"][k - 1]
     assert lo < expected < hi
     assert rloo["minus_grpo"]["pass@k"]["ci"][k - 1] == [0.0, 0.0]  # paired resampling of the same problems
+    assert summary["arms"]["grpo"]["minus_rloo"]["pass^k"]["ci"][k - 1] == [0.0, 0.0]
+    base_gap = summary["arms"]["base"]["pass@k"]["value"][k - 1] - rloo["pass@k"]["value"][k - 1]
+    assert summary["arms"]["base"]["minus_rloo"]["pass@k"]["value"][k - 1] == pytest.approx(base_gap, abs=1e-12)
     assert rloo["train_reward"]["mean"] == pytest.approx([0.1, 0.2])
     for name in ("compare_objectives.json", "compare_objectives.md"):
         assert not (tmp_path / name).exists()  # outputs are named after the folder
-    assert (tmp_path / "units.json").exists() and "| rloo | 2 |" in (tmp_path / "units.md").read_text()
+    md = (tmp_path / "units.md").read_text()
+    assert (tmp_path / "units.json").exists() and "| rloo | 2 |" in md
+    assert "Differences vs GRPO" in md and "Differences vs RLOO" in md
 
 
 def test_summary_refuses_mismatched_units(tmp_path):
