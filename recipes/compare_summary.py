@@ -165,25 +165,39 @@ def plot(summary: dict, path: Path) -> bool:
         print("matplotlib not installed: no figure (pip install matplotlib)")
         return False
     ks = summary["ks"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    # Top row: the curves the issue asks for. Bottom row: paired differences vs GRPO, where effects of a few
+    # points are visible (on the absolute scale every trained arm's curve nearly overlaps the others).
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.4))
+    colors = {arm: f"C{i}" for i, arm in enumerate(a for a in summary["arms"] if a != "base")}
     for arm, entry in summary["arms"].items():
-        style = dict(color="black", linestyle="--") if arm == "base" else {}
-        for ax, metric in zip(axes[:2], METRICS):
+        style = dict(color="black", linestyle="--") if arm == "base" else dict(color=colors[arm])
+        for ax, metric in zip(axes[0, :2], METRICS):
             value, ci = entry[metric]["value"], entry[metric]["ci"]
-            (line,) = ax.plot(ks, value, marker=".", label=f"{arm} ({len(entry['seeds'])} seeds)", **style)
-            ax.fill_between(ks, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15)
+            ax.plot(ks, value, marker=".", label=f"{arm} ({len(entry['seeds'])})", **style)
+            ax.fill_between(ks, [c[0] for c in ci], [c[1] for c in ci], color=style["color"], alpha=0.15)
         if "train_reward" in entry:
             tr = entry["train_reward"]
-            axes[2].plot(tr["step"], tr["mean"], label=arm, **style)
-    for ax, metric in zip(axes[:2], METRICS):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("k")
-        ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[2].set_xlabel("optimizer step")
-    axes[2].set_ylabel("training reward (mean over seeds)")
-    axes[2].grid(alpha=0.3)
+            axes[0, 2].plot(tr["step"], tr["mean"], label=arm, **style)
+        for ax, metric in zip(axes[1, :2], METRICS):
+            if arm == "base" or "minus_grpo" not in entry:
+                continue
+            d = entry["minus_grpo"][metric]
+            ax.plot(ks, [100 * v for v in d["value"]], marker=".", label=arm, color=colors[arm])
+            ax.fill_between(ks, [100 * c[0] for c in d["ci"]], [100 * c[1] for c in d["ci"]], color=colors[arm],
+                            alpha=0.15)  # fmt: skip
+    for row, unit in ((0, ""), (1, " minus GRPO (points, paired)")):
+        for ax, metric in zip(axes[row, :2], METRICS):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("k")
+            ax.set_ylabel(metric + unit)
+            ax.grid(alpha=0.3)
+    for ax in axes[1, :2]:
+        ax.axhline(0, color="black", linewidth=0.8)
+    axes[1, 2].legend(*axes[0, 0].get_legend_handles_labels(), loc="center", title="arm (seeds)")
+    axes[0, 2].set_xlabel("optimizer step")
+    axes[0, 2].set_ylabel("training reward (mean over seeds)")
+    axes[0, 2].grid(alpha=0.3)
+    axes[1, 2].axis("off")  # holds the legend
     fig.suptitle(f"SmolLM2-135M-Instruct, {summary['num_problems']} held-out problems x {summary['num_samples']} "
                  "samples, 95% bootstrap CI over seeds and problems")  # fmt: skip
     fig.tight_layout()
