@@ -21,8 +21,8 @@ from ordergrad_trl import lstat_value, rank_weights
 
 BOOTSTRAP = 2000
 METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
-# Paired differences against: GRPO (the usual baseline), RLOO (OrderGrad's own K=1 arm: same advantage scale, so
-# it isolates the objective from GRPO's std scaling) and the untrained model.
+# Paired differences against: GRPO (the usual baseline), RLOO (OrderGrad's K=1 arm: the expected reward without
+# GRPO's per-group std weighting, so it differs from the other OrderGrad arms only in the objective) and the base.
 REFERENCES = ("grpo", "rloo", "base")
 EVAL_KEYS = ("dataset_name", "dataset_test_split", "temperature", "max_completion_length", "system_prompt")
 
