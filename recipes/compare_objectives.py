@@ -188,10 +188,10 @@ def main():
                     failed.append(futures[future])
                     print(f"[{futures[future]}] FAILED: {future.exception()}", flush=True)
         if failed:
-            summarize(Path(args.assets_dir), args.arms)
+            summarize(Path(args.assets_dir), args.arms, arm_flags=ARMS)
             raise SystemExit(f"units failed: {failed} (rerun the same command to retry them)")
 
-    summarize(Path(args.assets_dir), args.arms)
+    summarize(Path(args.assets_dir), args.arms, arm_flags=ARMS)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ordergrad_trl import lstat_value, rank_weights
+from ordergrad_trl import lstat_advantage, lstat_value, rank_weights
 
 BOOTSTRAP = 2000
 METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
@@ -37,6 +37,30 @@ def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[float]]:
+    """Each arm's weight on a group with c = 0..n successes of n rollouts, relative to the arm's largest.
+
+    With 0/1 rewards an arm's advantages within a group are a multiple of (r - group mean); the multiple (the
+    advantage gap between a success and a failure) is the arm's weight on that group, 0 at c = 0 and c = n. Adam
+    divides any global scale out, so these relative weights are what sets the arms apart. `arm_flags` are the
+    recipe flags of each arm (`--ordergrad_objective X --ordergrad_k K`, or GRPO's `--ordergrad_estimator grpo`).
+    """
+    groups = (torch.arange(n)[None, :] >= n - torch.arange(n + 1)[:, None]).double()  # (n+1, n): c ones, last
+    mixed = torch.zeros(n + 1, dtype=torch.bool)
+    mixed[1:n] = True
+    out = {}
+    for arm, flags in arm_flags.items():
+        opts = dict(zip(flags[::2], flags[1::2]))
+        if opts.get("--ordergrad_estimator") == "grpo":  # (r - mean) / std, TRL's unbiased std
+            gap = 1 / groups.std(-1)  # (n+1,)
+        else:
+            adv = lstat_advantage(groups, rank_weights(opts["--ordergrad_objective"], int(opts["--ordergrad_k"])))
+            gap = adv[:, -1] - adv[:, 0]  # (n+1,) a success's advantage minus a failure's
+        gap = torch.where(mixed, gap, 0.0)
+        out[arm] = (gap / gap.max()).tolist()
+    return out
+
+
 def _ci(samples: torch.Tensor) -> list[list[float]]:
     """`(B, n)` bootstrap draws -> per-k [low, high] 95% percentile interval."""
     q = torch.quantile(samples, torch.tensor([0.025, 0.975], dtype=samples.dtype), dim=0)  # (2, n)
@@ -51,7 +75,10 @@ def load_units(assets: Path) -> dict[str, dict]:
     return units
 
 
-def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
+def summarize(
+    assets: Path, arms: list[str], seed: int = 0, arm_flags: dict[str, list[str]] | None = None
+) -> dict | None:
+    """Writes `<assets>.json/.md/.png` beside `assets`; `arm_flags` (each arm's recipe flags) adds `group_weights`."""
     units = load_units(assets)
     trained = {arm: sorted((u for u in units.values() if u["arm"] == arm), key=lambda u: u["seed"]) for arm in arms}
     trained = {arm: us for arm, us in trained.items() if us}
@@ -115,6 +142,11 @@ def summarize(assets: Path, arms: list[str], seed: int = 0) -> dict | None:
                 value = per_arm[arm][metric] - per_arm[ref][metric]  # (n,) float64
                 summary["arms"][arm].setdefault(f"minus_{ref}", {})[metric] = {"value": value.tolist(), "ci": _ci(diff)}
 
+    if arm_flags and first_trained.get("config", {}).get("num_generations"):
+        n_train = first_trained["config"]["num_generations"]
+        present = {arm: arm_flags[arm] for arm in summary["arms"] if arm in arm_flags}
+        summary["group_weights"] = {"num_generations": n_train, "arms": group_weights(present, n_train)}
+
     out = assets.parent / f"{assets.name}.json"
     out.write_text(json.dumps(summary, indent=1) + "\n")
     (assets.parent / f"{assets.name}.md").write_text(table(summary) + "\n")
@@ -152,6 +184,15 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
                     v, (lo, hi) = diffs[metric]["value"][k - 1], diffs[metric]["ci"][k - 1]
                     cells.append(f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if "group_weights" in summary:
+        gw = summary["group_weights"]
+        n = gw["num_generations"]
+        lines += ["", f"Weight of a group with c successes of its {n} training rollouts (0/1 rewards), relative to the "
+                  "arm's largest: the arms differ only in these (Adam divides a global scale out).", ""]  # fmt: skip
+        lines.append("| arm | " + " | ".join(f"c={c}" for c in range(1, n)) + " |")
+        lines.append("|---|" + "---|" * (n - 1))
+        for arm, weights in gw["arms"].items():
+            lines.append(f"| {arm} | " + " | ".join(f"{w:.2f}" for w in weights[1:n]) + " |")
     return "\n".join(lines)
 
 

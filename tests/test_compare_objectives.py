@@ -110,6 +110,7 @@ def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assert [row["step"] for row in units["max8-s0"]["train_log"]] == [1]
     summary = json.loads((tmp_path / "cmp.json").read_text())
     assert set(summary["arms"]) == {"base", "max8"} and summary["ks"] == [1, 2, 3, 4]
+    assert set(summary["group_weights"]["arms"]) == {"max8"}  # the driver passes each arm's recipe flags
     assert (tmp_path / "cmp.md").exists()
     # resume: nothing left to run, so a rerun only summarizes
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -132,3 +133,36 @@ def test_summary_of_the_base_model_alone(tmp_path):
     assert list(summary["arms"]) == ["base"]
     assert summary["arms"]["base"]["pass^k"]["value"][1] == pytest.approx((0 + 3 / 6) / 2)  # C(c,2)/C(4,2)
     assert "Differences" not in (tmp_path / "units.md").read_text()
+
+
+def test_group_weights_match_brute_force_advantages():
+    # each arm's success-minus-failure advantage gap per success count, from subset enumeration (tests/oracle.py)
+    from oracle import brute_advantage
+
+    n = 7
+    arms = {
+        "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
+        "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
+        "max5": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "5"],
+        "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
+        "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+    }
+    ascending = {"rloo": [1.0], "max5": [0, 0, 0, 0, 1.0], "top2of4": [0, 0, 0.5, 0.5], "min4": [1.0, 0, 0, 0]}
+    got = compare_summary.group_weights(arms, n)
+    for arm in arms:
+        gaps = [0.0]
+        for c in range(1, n):
+            group = [0.0] * (n - c) + [1.0] * c
+            if arm == "grpo":
+                mean = c / n
+                std = math.sqrt(sum((x - mean) ** 2 for x in group) / (n - 1))
+                gaps.append(1 / std)
+            else:
+                adv = brute_advantage(group, ascending[arm])
+                gaps.append(adv[-1] - adv[0])
+        gaps.append(0.0)
+        top = max(gaps)
+        assert got[arm] == pytest.approx([g / top for g in gaps], abs=1e-12), arm
+    # the shapes the comparison's reading rests on: best-of-K weights hard prompts, worst-of-K easy ones
+    assert got["max5"][1] == 1 and got["max5"][n - 1] == pytest.approx(0, abs=1e-12)
+    assert got["min4"][n - 1] == 1 and got["min4"][1] == pytest.approx(0, abs=1e-12)
