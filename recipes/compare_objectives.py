@@ -12,8 +12,8 @@ stopped after its training reuses the saved model and only evaluates).
     python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
     python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
-Arms (dr_grpo loss and no clipping: the gradient is exactly -(1/(N L)) sum_i A_i grad log pi, so the advantage is the only
-difference):
+Arms (dr_grpo loss and no clipping: the gradient is exactly -(1/(N L)) sum_i A_i grad log pi, so the advantage
+is the only difference; with 0/1 rewards it is a per-group weight on (r - group mean), see `group_weights`):
 - `grpo`: TRL's GRPO, (r - group mean) / group std (`--ordergrad_estimator grpo --scale_rewards group`);
 - `rloo`: OrderGrad `Mean` at K=1, i.e. RLOO (the expected reward);
 - `max8`: OrderGrad `ReMax` at K=8 (best of 8: pass@8 for 0/1 rewards);
