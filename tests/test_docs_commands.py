@@ -236,11 +236,22 @@ def test_inline_script_commands_are_also_in_a_bash_block():
 def test_readme_is_a_landing_page():
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines; move reference material to docs/"
-    for doc in doc_files():  # every relative link resolves
+    for doc in doc_files():  # every relative link resolves, and so does its #anchor
         text = (REPO / doc).read_text()
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
-            if not re.match(r"[a-z]+:", target):
-                assert (REPO / doc).parent.joinpath(target).exists(), f"{doc}: broken link {target}"
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path = (REPO / doc).parent.joinpath(target) if target else REPO / doc
+            assert path.exists(), f"{doc}: broken link {target}"
+            if anchor and path.suffix == ".md":
+                assert anchor in _anchors(path.read_text()), f"{doc}: no heading for #{anchor} in {path.name}"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lowercase, punctuation dropped, spaces to hyphens (code blocks skipped)."""
+    prose = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    headings = re.findall(r"^#{1,6} +(.+?) *$", prose, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
 
 
 def _unique(commands: list[Command]) -> list[Command]:
