@@ -27,9 +27,14 @@ REFERENCES = ("grpo", "rloo", "base")
 EVAL_KEYS = ("dataset_name", "dataset_test_split", "temperature", "max_completion_length", "system_prompt")
 
 
+def _count_groups(n: int) -> torch.Tensor:
+    """`(n+1, n)` 0/1 groups: row c has c ones, last."""
+    return (torch.arange(n)[None, :] >= n - torch.arange(n + 1)[:, None]).double()
+
+
 def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
     """`(..., P)` correct counts of n samples -> {metric: `(..., P, n)`} per-problem values at k = 1..n."""
-    groups = (torch.arange(n)[None, :] >= n - torch.arange(n + 1)[:, None]).double()  # (n+1, n): c ones
+    groups = _count_groups(n)  # (n+1, n)
     out = {}
     for metric, preset in METRICS.items():
         table = torch.stack([lstat_value(groups, rank_weights(preset, k)) for k in range(1, n + 1)], -1)  # (n+1, n)
@@ -45,7 +50,7 @@ def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[flo
     divides any global scale out, so these relative weights are what sets the arms apart. `arm_flags` are the
     recipe flags of each arm (`--ordergrad_objective X --ordergrad_k K`, or GRPO's `--ordergrad_estimator grpo`).
     """
-    groups = (torch.arange(n)[None, :] >= n - torch.arange(n + 1)[:, None]).double()  # (n+1, n): c ones, last
+    groups = _count_groups(n)  # (n+1, n)
     mixed = torch.zeros(n + 1, dtype=torch.bool)
     mixed[1:n] = True
     out = {}
@@ -155,17 +160,22 @@ def summarize(
     return summary
 
 
+def _cells(curves: dict, ks: list[int], fmt: str) -> list[str]:
+    """"value [low, high]" in % for pass@k at ks and pass^k at ks[1:] (pass^1 = pass@1)."""
+    cells = []
+    for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
+        for k in kk:
+            v, (lo, hi) = curves[metric]["value"][k - 1], curves[metric]["ci"][k - 1]
+            cells.append(f"{100 * v:{fmt}} [{100 * lo:{fmt}}, {100 * hi:{fmt}}]")
+    return cells
+
+
 def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
     ks = [k for k in ks if k <= summary["num_samples"]]
     head = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks[1:]]
     lines = ["| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
     for arm, entry in summary["arms"].items():
-        cells = []
-        for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
-            for k in kk:
-                v, (lo, hi) = entry[metric]["value"][k - 1], entry[metric]["ci"][k - 1]
-                cells.append(f"{100 * v:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]")
-        lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(_cells(entry, ks, ".1f")) + " |")
     lines.append("")
     lines.append(f"{summary['num_problems']} held-out problems x {summary['num_samples']} samples; 95% bootstrap CIs "
                  "over seeds and problems.")  # fmt: skip
@@ -178,12 +188,7 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         lines.append("| arm | " + " | ".join(head) + " |")
         lines.append("|---|" + "---|" * len(head))
         for arm, diffs in rows:
-            cells = []
-            for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
-                for k in kk:
-                    v, (lo, hi) = diffs[metric]["value"][k - 1], diffs[metric]["ci"][k - 1]
-                    cells.append(f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
-            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+            lines.append(f"| {arm} | " + " | ".join(_cells(diffs, ks, "+.1f")) + " |")
     if "group_weights" in summary:
         gw = summary["group_weights"]
         n = gw["num_generations"]
