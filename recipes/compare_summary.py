@@ -179,6 +179,14 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
     lines.append("")
     lines.append(f"{summary['num_problems']} held-out problems x {summary['num_samples']} samples; 95% bootstrap CIs "
                  "over seeds and problems.")  # fmt: skip
+    if any(len(entry["seeds"]) > 1 for entry in summary["arms"].values()):
+        lines += ["", "Per seed (%; seed s of every arm shares its data order and sampling seed):", ""]
+        lines.append("| arm | seeds | " + " | ".join(head) + " |")
+        lines.append("|---|---|" + "---|" * len(head))
+        for arm, entry in summary["arms"].items():
+            cells = [" / ".join(f"{100 * s[k - 1]:.1f}" for s in entry[metric]["per_seed"])
+                     for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
+            lines.append(f"| {arm} | {', '.join(str(s) for s in entry['seeds'] if s is not None) or '-'} | " + " | ".join(cells) + " |")
     for ref, name in (("grpo", "GRPO"), ("rloo", "RLOO")):
         rows = [(arm, entry[f"minus_{ref}"]) for arm, entry in summary["arms"].items() if f"minus_{ref}" in entry]
         rows = [(arm, d) for arm, d in rows if arm != "base"]

@@ -63,6 +63,9 @@ def test_summary_values_cis_and_paired_differences(tmp_path):
     md = (tmp_path / "units.md").read_text()
     assert (tmp_path / "units.json").exists() and "| rloo | 2 |" in md
     assert "Differences vs GRPO" in md and "Differences vs RLOO" in md
+    # per-seed row: each seed's pass@1 is its mean success rate, in seed order
+    per_seed = " / ".join(f"{100 * sum(counts[u]) / (30 * n):.1f}" for u in ("rloo-s0", "rloo-s1"))
+    assert f"| rloo | 0, 1 | {per_seed} |" in md
 
 
 def test_summary_refuses_mismatched_units(tmp_path):
