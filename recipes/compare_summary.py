@@ -8,6 +8,9 @@ Statistics. A problem's pass@k and pass^k are the unbiased U-statistics of its c
 over its seeds and the held-out problems. The 95% CIs are percentile bootstraps that resample seeds and problems
 together (problems are shared by every arm, so differences between arms are paired); the half-width of a
 difference's CI is roughly the smallest effect the run could have detected.
+
+Each arm's own training objective (e.g. `TopM:2` at K=4) is also evaluated on every model, as the same U-statistic
+(`lstat_value` with that arm's weights): if each objective moves its own metric, each column peaks at its arm.
 """
 
 from __future__ import annotations
@@ -40,6 +43,23 @@ def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
         table = torch.stack([lstat_value(groups, rank_weights(preset, k)) for k in range(1, n + 1)], -1)  # (n+1, n)
         out[metric] = table[correct.long()]
     return out
+
+
+def objective_specs(arm_flags: dict[str, list[str]]) -> dict[str, tuple[str, int]]:
+    """Each arm's training objective as (preset, K); GRPO's is the expected reward, `("Mean", 1)`."""
+    out = {}
+    for arm, flags in arm_flags.items():
+        opts = dict(zip(flags[::2], flags[1::2]))
+        out[arm] = ("Mean", 1) if opts.get("--ordergrad_estimator") == "grpo" else (
+            opts["--ordergrad_objective"], int(opts["--ordergrad_k"]))  # fmt: skip
+    return out
+
+
+def objective_values(correct: torch.Tensor, n: int, objectives: list[tuple[str, int]]) -> torch.Tensor:
+    """`(..., P)` correct counts of n samples -> `(..., P, m)`: each objective's U-statistic on each problem."""
+    groups = _count_groups(n)  # (n+1, n)
+    table = torch.stack([lstat_value(groups, rank_weights(preset, k)) for preset, k in objectives], -1)  # (n+1, m)
+    return table[correct.long()]
 
 
 def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[float]]:
@@ -105,11 +125,17 @@ def summarize(
         if mine != theirs:
             raise ValueError(f"unit {u['unit']} ran with {mine}, unit {ref['unit']} with {theirs}: delete the stale "
                              "unit's JSON and rerun it")  # fmt: skip
+    # Every arm's objective evaluated on every model: does each arm raise its own objective most?
+    specs = objective_specs(arm_flags) if arm_flags else {}
+    objectives = list(dict.fromkeys(specs[arm] for arm in arms if arm in specs and specs[arm][1] <= n))
     gen = torch.Generator().manual_seed(seed)
     num_p = len(ids)
     prob_idx = torch.randint(num_p, (BOOTSTRAP, num_p), generator=gen)  # (B, P), shared by all arms: paired
 
     summary: dict = {"num_problems": num_p, "num_samples": n, "ks": list(range(1, n + 1)), "arms": {}}
+    if objectives:
+        summary["objectives"] = [{"name": f"{p}@{k}", "trained_by": [a for a in arms if specs.get(a) == (p, k)]}
+                                 for p, k in objectives]  # fmt: skip
     draws: dict[str, dict[str, torch.Tensor]] = {}
     per_arm: dict[str, dict[str, torch.Tensor]] = {}  # arm -> metric -> (n,) value at k = 1..n
     seed_draws: dict[int, torch.Tensor] = {}
@@ -118,6 +144,8 @@ def summarize(
             continue
         correct = torch.tensor([u["eval"]["correct"] for u in us])  # (S, P)
         per = curves(correct, n)  # metric -> (S, P, n)
+        if objectives:
+            per["objectives"] = objective_values(correct, n, objectives)  # (S, P, m)
         if len(us) not in seed_draws:  # arms with as many seeds share their draws: seed s pairs with seed s
             seed_draws[len(us)] = torch.randint(len(us), (BOOTSTRAP, len(us)), generator=gen)  # (B, S)
         seed_idx = seed_draws[len(us)]
@@ -126,7 +154,7 @@ def summarize(
         for metric, values in per.items():
             # (B, S, P, n) would be large: average problems first within each seed, per bootstrap draw
             by_seed = torch.stack([values[:, idx].mean(1) for idx in prob_idx])  # (B, S, n)
-            boot = torch.gather(by_seed, 1, seed_idx[:, :, None].expand(-1, -1, n)).mean(1)  # (B, n)
+            boot = torch.gather(by_seed, 1, seed_idx[:, :, None].expand(-1, -1, values.shape[-1])).mean(1)  # (B, n)
             draws[arm][metric] = boot
             per_arm.setdefault(arm, {})[metric] = values.mean((0, 1))
             entry[metric] = {"value": per_arm[arm][metric].tolist(), "ci": _ci(boot),
@@ -142,7 +170,7 @@ def summarize(
         for arm in draws:
             if arm == ref:
                 continue
-            for metric in METRICS:
+            for metric in draws[arm]:
                 diff = draws[arm][metric] - draws[ref][metric]  # (B, n), paired over problems
                 value = per_arm[arm][metric] - per_arm[ref][metric]  # (n,) float64
                 summary["arms"][arm].setdefault(f"minus_{ref}", {})[metric] = {"value": value.tolist(), "ci": _ci(diff)}
@@ -186,7 +214,8 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         for arm, entry in summary["arms"].items():
             cells = [" / ".join(f"{100 * s[k - 1]:.1f}" for s in entry[metric]["per_seed"])
                      for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
-            lines.append(f"| {arm} | {', '.join(str(s) for s in entry['seeds'] if s is not None) or '-'} | " + " | ".join(cells) + " |")
+            seeds = ", ".join(str(s) for s in entry["seeds"] if s is not None) or "-"
+            lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
     for ref, name in (("grpo", "GRPO"), ("rloo", "RLOO")):
         rows = [(arm, entry[f"minus_{ref}"]) for arm, entry in summary["arms"].items() if f"minus_{ref}" in entry]
         rows = [(arm, d) for arm, d in rows if arm != "base"]
@@ -197,6 +226,20 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         lines.append("|---|" + "---|" * len(head))
         for arm, diffs in rows:
             lines.append(f"| {arm} | " + " | ".join(_cells(diffs, ks, "+.1f")) + " |")
+    if "objectives" in summary:
+        names = [f"{o['name']} ({', '.join(o['trained_by'])})" for o in summary["objectives"]]
+        lines += ["", "Each arm's training objective (preset@K, trained by) evaluated on every model: its U-statistic "
+                  "over the n samples, in %, 95% CIs over seeds and problems; then paired differences vs RLOO.", ""]
+        lines.append("| model | " + " | ".join(names) + " |")  # fmt: skip
+        lines.append("|---|" + "---|" * len(names))
+        for suffix, fmt in (("", ".1f"), ("minus_rloo", "+.1f")):
+            for arm, entry in summary["arms"].items():
+                cur = (entry.get(suffix, {}) if suffix else entry).get("objectives")
+                if cur is None or suffix and arm == "base":
+                    continue
+                cells = [f"{100 * v:{fmt}} [{100 * lo:{fmt}}, {100 * hi:{fmt}}]"
+                         for v, (lo, hi) in zip(cur["value"], cur["ci"])]  # fmt: skip
+                lines.append(f"| {arm}{' - rloo' if suffix else ''} | " + " | ".join(cells) + " |")
     if "group_weights" in summary:
         gw = summary["group_weights"]
         n = gw["num_generations"]

@@ -169,3 +169,57 @@ def test_group_weights_match_brute_force_advantages():
     # the shapes the comparison's reading rests on: best-of-K weights hard prompts, worst-of-K easy ones
     assert got["max5"][1] == 1 and got["max5"][n - 1] == pytest.approx(0, abs=1e-12)
     assert got["min4"][n - 1] == 1 and got["min4"][1] == pytest.approx(0, abs=1e-12)
+
+
+def test_objective_values_match_subset_enumeration():
+    # each arm's objective on a problem with c correct of n: the mean over all K-subsets of the samples (oracle)
+    from oracle import brute_value
+
+    n = 9
+    arms = {
+        "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
+        "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
+        "max5": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "5"],
+        "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
+        "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+    }
+    specs = compare_summary.objective_specs(arms)
+    assert specs["grpo"] == specs["rloo"] == ("Mean", 1)  # GRPO targets the expected reward too
+    objectives = [specs[a] for a in ("rloo", "max5", "top2of4", "min4")]
+    ascending = [[1.0], [0, 0, 0, 0, 1.0], [0, 0, 0.5, 0.5], [1.0, 0, 0, 0]]
+    got = compare_summary.objective_values(torch.arange(n + 1), n, objectives)  # (n+1, 4)
+    for c in range(n + 1):
+        group = [0.0] * (n - c) + [1.0] * c
+        for j, w in enumerate(ascending):
+            assert got[c, j].item() == pytest.approx(brute_value(group, w), abs=1e-12), (c, objectives[j])
+
+
+def test_summary_objectives_table(tmp_path):
+    # the matrix of objectives x models: columns deduplicated (GRPO and RLOO share the mean), a K above the
+    # eval's n left out, each cell the mean of the per-problem oracle values
+    from oracle import brute_value
+
+    n, gen = 6, torch.Generator().manual_seed(1)
+    assets = tmp_path / "units"
+    assets.mkdir()
+    counts = {u: torch.randint(0, n + 1, (12,), generator=gen).tolist() for u in ("rloo-s0", "grpo-s0", "min4-s0")}
+    for unit, c in counts.items():
+        (assets / f"{unit}.json").write_text(json.dumps(_unit(unit, c, n, steps=(0.5,))))
+    arms = {
+        "grpo": ["--ordergrad_estimator", "grpo"],
+        "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
+        "max8": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "8"],
+        "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+    }
+    summary = compare_summary.summarize(assets, list(arms), arm_flags=arms)
+    assert summary["objectives"] == [{"name": "Mean@1", "trained_by": ["grpo", "rloo"]},
+                                     {"name": "ReMin@4", "trained_by": ["min4"]}]  # fmt: skip
+    worst4 = [1.0, 0, 0, 0]
+    for unit, arm in (("min4-s0", "min4"), ("rloo-s0", "rloo")):
+        expected = sum(brute_value([0.0] * (n - c) + [1.0] * c, worst4) for c in counts[unit]) / len(counts[unit])
+        assert summary["arms"][arm]["objectives"]["value"][1] == pytest.approx(expected, abs=1e-12)
+    diff = summary["arms"]["min4"]["minus_rloo"]["objectives"]["value"][1]
+    rloo, min4 = (summary["arms"][a]["objectives"]["value"][1] for a in ("rloo", "min4"))
+    assert diff == pytest.approx(min4 - rloo, abs=1e-12)
+    md = (tmp_path / "units.md").read_text()
+    assert "| model | Mean@1 (grpo, rloo) | ReMin@4 (min4) |" in md and "| min4 - rloo |" in md
