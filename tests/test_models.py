@@ -196,7 +196,7 @@ def test_single_process_does_not_touch_torch_distributed(monkeypatch):
 
 
 _TWO_PROCESS_SCRIPT = """
-import sys
+import os
 from ordergrad_trl.tasks import models
 from accelerate import PartialState
 
@@ -206,7 +206,8 @@ rank = state.process_index
 models.hub_reachable = lambda *a, **k: rank == 1
 models._cached_hub_snapshot = lambda *a: None
 models.convert_offline_model = lambda cache_dir=None: "/offline/SmolLM2-135M-Instruct"
-print(f"rank {rank}: {models.resolve_default_model()}", flush=True)
+# One write per line: print() may write the text and its newline separately, and two ranks share the pipe.
+os.write(1, f"rank {rank}: {models.resolve_default_model()}\\n".encode())
 # As the recipe's trainer.end() does: a gloo group left to interpreter exit can abort ("terminate called ...").
 state.destroy_process_group()
 """
@@ -214,6 +215,7 @@ state.destroy_process_group()
 
 def test_two_processes_resolve_the_same_model(tmp_path):
     import os
+    import re
     import subprocess
 
     script = tmp_path / "resolve.py"
@@ -222,5 +224,5 @@ def test_two_processes_resolve_the_same_model(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    lines = sorted(re.findall(r"rank \d: \S+?(?=rank \d:|\s|$)", result.stdout))
     assert lines == ["rank 0: /offline/SmolLM2-135M-Instruct", "rank 1: /offline/SmolLM2-135M-Instruct"], result.stdout
