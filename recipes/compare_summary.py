@@ -45,14 +45,17 @@ def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def _lstat_objective(flags: list[str]) -> tuple[str, int] | None:
+    """An arm's recipe flags -> its OrderGrad objective (preset, K), or None for GRPO's estimator."""
+    opts = dict(zip(flags[::2], flags[1::2]))
+    if opts.get("--ordergrad_estimator") == "grpo":
+        return None
+    return opts["--ordergrad_objective"], int(opts["--ordergrad_k"])
+
+
 def objective_specs(arm_flags: dict[str, list[str]]) -> dict[str, tuple[str, int]]:
     """Each arm's training objective as (preset, K); GRPO's is the expected reward, `("Mean", 1)`."""
-    out = {}
-    for arm, flags in arm_flags.items():
-        opts = dict(zip(flags[::2], flags[1::2]))
-        out[arm] = ("Mean", 1) if opts.get("--ordergrad_estimator") == "grpo" else (
-            opts["--ordergrad_objective"], int(opts["--ordergrad_k"]))  # fmt: skip
-    return out
+    return {arm: _lstat_objective(flags) or ("Mean", 1) for arm, flags in arm_flags.items()}
 
 
 def objective_values(correct: torch.Tensor, n: int, objectives: list[tuple[str, int]]) -> torch.Tensor:
@@ -75,11 +78,11 @@ def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[flo
     mixed[1:n] = True
     out = {}
     for arm, flags in arm_flags.items():
-        opts = dict(zip(flags[::2], flags[1::2]))
-        if opts.get("--ordergrad_estimator") == "grpo":  # (r - mean) / std, TRL's unbiased std
+        objective = _lstat_objective(flags)
+        if objective is None:  # GRPO: (r - mean) / std, TRL's unbiased std
             gap = 1 / groups.std(-1)  # (n+1,)
         else:
-            adv = lstat_advantage(groups, rank_weights(opts["--ordergrad_objective"], int(opts["--ordergrad_k"])))
+            adv = lstat_advantage(groups, rank_weights(*objective))
             gap = adv[:, -1] - adv[:, 0]  # (n+1,) a success's advantage minus a failure's
         gap = torch.where(mixed, gap, 0.0)
         out[arm] = (gap / gap.max()).tolist()
@@ -188,14 +191,15 @@ def summarize(
     return summary
 
 
+def _cell(value: float, ci: list[float], fmt: str) -> str:
+    """"value [low, high]" in %."""
+    return f"{100 * value:{fmt}} [{100 * ci[0]:{fmt}}, {100 * ci[1]:{fmt}}]"
+
+
 def _cells(curves: dict, ks: list[int], fmt: str) -> list[str]:
-    """"value [low, high]" in % for pass@k at ks and pass^k at ks[1:] (pass^1 = pass@1)."""
-    cells = []
-    for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])):
-        for k in kk:
-            v, (lo, hi) = curves[metric]["value"][k - 1], curves[metric]["ci"][k - 1]
-            cells.append(f"{100 * v:{fmt}} [{100 * lo:{fmt}}, {100 * hi:{fmt}}]")
-    return cells
+    """`_cell` for pass@k at ks and pass^k at ks[1:] (pass^1 = pass@1)."""
+    return [_cell(curves[metric]["value"][k - 1], curves[metric]["ci"][k - 1], fmt)
+            for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
 
 
 def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
@@ -237,8 +241,7 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
                 cur = (entry.get(suffix, {}) if suffix else entry).get("objectives")
                 if cur is None or suffix and arm == "base":
                     continue
-                cells = [f"{100 * v:{fmt}} [{100 * lo:{fmt}}, {100 * hi:{fmt}}]"
-                         for v, (lo, hi) in zip(cur["value"], cur["ci"])]  # fmt: skip
+                cells = [_cell(v, ci, fmt) for v, ci in zip(cur["value"], cur["ci"])]
                 lines.append(f"| {arm}{' - rloo' if suffix else ''} | " + " | ".join(cells) + " |")
     if "group_weights" in summary:
         gw = summary["group_weights"]

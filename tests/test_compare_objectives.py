@@ -18,6 +18,18 @@ import compare_summary  # noqa: E402
 from docs_commands import documented_commands  # noqa: E402
 
 
+# Arms as the recipe passes them (K=5 for best-of-K so that small groups cover it), with their rank weights in
+# ascending order, written out by hand for the brute-force oracle.
+ARM_FLAGS = {
+    "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
+    "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
+    "max5": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "5"],
+    "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
+    "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+}
+ASCENDING_WEIGHTS = {"rloo": [1.0], "max5": [0, 0, 0, 0, 1.0], "top2of4": [0, 0, 0.5, 0.5], "min4": [1.0, 0, 0, 0]}
+
+
 def test_curves_match_closed_forms():
     n = 16
     correct = torch.arange(n + 1)  # every possible count
@@ -143,14 +155,8 @@ def test_group_weights_match_brute_force_advantages():
     from oracle import brute_advantage
 
     n = 7
-    arms = {
-        "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
-        "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
-        "max5": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "5"],
-        "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
-        "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
-    }
-    ascending = {"rloo": [1.0], "max5": [0, 0, 0, 0, 1.0], "top2of4": [0, 0, 0.5, 0.5], "min4": [1.0, 0, 0, 0]}
+    arms = ARM_FLAGS
+    ascending = ASCENDING_WEIGHTS
     got = compare_summary.group_weights(arms, n)
     for arm in arms:
         gaps = [0.0]
@@ -176,17 +182,11 @@ def test_objective_values_match_subset_enumeration():
     from oracle import brute_value
 
     n = 9
-    arms = {
-        "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
-        "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
-        "max5": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "5"],
-        "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
-        "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
-    }
+    arms = ARM_FLAGS
     specs = compare_summary.objective_specs(arms)
     assert specs["grpo"] == specs["rloo"] == ("Mean", 1)  # GRPO targets the expected reward too
     objectives = [specs[a] for a in ("rloo", "max5", "top2of4", "min4")]
-    ascending = [[1.0], [0, 0, 0, 0, 1.0], [0, 0, 0.5, 0.5], [1.0, 0, 0, 0]]
+    ascending = [ASCENDING_WEIGHTS[a] for a in ("rloo", "max5", "top2of4", "min4")]
     got = compare_summary.objective_values(torch.arange(n + 1), n, objectives)  # (n+1, 4)
     for c in range(n + 1):
         group = [0.0] * (n - c) + [1.0] * c
