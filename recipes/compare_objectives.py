@@ -10,6 +10,7 @@ stopped after its training reuses the saved model and only evaluates).
     python recipes/compare_objectives.py                # every unit still missing, two at a time (one per core)
     python recipes/compare_objectives.py --units grpo-s0 max8-s0     # just these
     python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
+    python recipes/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
     python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
 Arms (dr_grpo loss and no clipping: the gradient is exactly -(1/(N L)) sum_i A_i grad log pi, so the advantage
@@ -110,6 +111,14 @@ def evaluate(model: str, work: Path, args, cfg: dict, env: dict) -> dict:
     return {"problem_ids": ids, "correct": [counts[i][0] for i in ids], "scored": [counts[i][1] for i in ids]}
 
 
+def code_commit() -> str:
+    """The commit this checkout runs (with `+dirty` if tracked files differ): each unit records what measured it."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    return head + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def run_unit(unit: str, args, cfg: dict) -> None:
     work = Path(args.work_dir).resolve() / unit
     work.mkdir(parents=True, exist_ok=True)
@@ -126,6 +135,7 @@ def run_unit(unit: str, args, cfg: dict) -> None:
         "unit": unit,
         "arm": unit.rsplit("-s", 1)[0],
         "seed": None if unit == "base" else int(unit.rsplit("-s", 1)[1]),
+        "commit": code_commit(),
         "config": cfg,
         "train_overrides": args.train_overrides,
         "train_log": steps,
