@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ordergrad_trl import lstat_advantage, lstat_value, rank_weights
+from ordergrad_trl.core.stats import detectable_effect, holm, percentile_interval, resample_means, seed_t_test
 
 BOOTSTRAP = 2000
 METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
@@ -91,8 +92,7 @@ def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[flo
 
 def _ci(samples: torch.Tensor) -> list[list[float]]:
     """`(B, n)` bootstrap draws -> per-k [low, high] 95% percentile interval."""
-    q = torch.quantile(samples, torch.tensor([0.025, 0.975], dtype=samples.dtype), dim=0)  # (2, n)
-    return q.T.tolist()
+    return percentile_interval(samples).T.tolist()  # (n, 2)
 
 
 def load_units(assets: Path) -> dict[str, dict]:
@@ -104,9 +104,14 @@ def load_units(assets: Path) -> dict[str, dict]:
 
 
 def summarize(
-    assets: Path, arms: list[str], seed: int = 0, arm_flags: dict[str, list[str]] | None = None
+    assets: Path,
+    arms: list[str],
+    seed: int = 0,
+    arm_flags: dict[str, list[str]] | None = None,
+    primary_baseline: str = "rloo",
 ) -> dict | None:
-    """Writes `<assets>.json/.md/.png` beside `assets`; `arm_flags` (each arm's recipe flags) adds `group_weights`."""
+    """Writes `<assets>.json/.md/.png` beside `assets`. `arm_flags` (each arm's recipe flags) adds `group_weights`
+    and each arm's own objective, which with `primary_baseline` defines the seed-level primaries (`seed_level`)."""
     units = load_units(assets)
     trained = {arm: sorted((u for u in units.values() if u["arm"] == arm), key=lambda u: u["seed"]) for arm in arms}
     trained = {arm: us for arm, us in trained.items() if us}
@@ -139,9 +144,15 @@ def summarize(
     if objectives:
         summary["objectives"] = [{"name": f"{p}@{k}", "trained_by": [a for a in arms if specs.get(a) == (p, k)]}
                                  for p, k in objectives]  # fmt: skip
-    draws: dict[str, dict[str, torch.Tensor]] = {}
-    per_arm: dict[str, dict[str, torch.Tensor]] = {}  # arm -> metric -> (n,) value at k = 1..n
+    values: dict[str, dict[str, torch.Tensor]] = {}  # arm -> metric -> (S, P, n) per-problem values
+    seeds: dict[str, list] = {}
     seed_draws: dict[int, torch.Tensor] = {}
+
+    def seed_idx(count: int) -> torch.Tensor:  # (B, S); arms with as many seeds share draws: s pairs with s
+        if count not in seed_draws:
+            seed_draws[count] = torch.randint(count, (BOOTSTRAP, count), generator=gen)
+        return seed_draws[count]
+
     for arm, us in [("base", [units["base"]] if "base" in units else [])] + list(trained.items()):
         if not us:
             continue
@@ -149,34 +160,39 @@ def summarize(
         per = curves(correct, n)  # metric -> (S, P, n)
         if objectives:
             per["objectives"] = objective_values(correct, n, objectives)  # (S, P, m)
-        if len(us) not in seed_draws:  # arms with as many seeds share their draws: seed s pairs with seed s
-            seed_draws[len(us)] = torch.randint(len(us), (BOOTSTRAP, len(us)), generator=gen)  # (B, S)
-        seed_idx = seed_draws[len(us)]
-        entry = {"seeds": [u["seed"] for u in us], "wall_s": [u["wall_s"] for u in us]}
-        draws[arm] = {}
-        for metric, values in per.items():
-            # (B, S, P, n) would be large: average problems first within each seed, per bootstrap draw
-            by_seed = torch.stack([values[:, idx].mean(1) for idx in prob_idx])  # (B, S, n)
-            boot = torch.gather(by_seed, 1, seed_idx[:, :, None].expand(-1, -1, values.shape[-1])).mean(1)  # (B, n)
-            draws[arm][metric] = boot
-            per_arm.setdefault(arm, {})[metric] = values.mean((0, 1))
-            entry[metric] = {"value": per_arm[arm][metric].tolist(), "ci": _ci(boot),
-                             "per_seed": values.mean(1).tolist()}  # fmt: skip
+        values[arm], seeds[arm] = per, [u["seed"] for u in us]
+        entry = {"seeds": seeds[arm], "wall_s": [u["wall_s"] for u in us]}
+        idx = seed_idx(len(us))
+        for metric, v in per.items():
+            entry[metric] = {"value": v.mean((0, 1)).tolist(), "ci": _ci(resample_means(v, prob_idx, idx)),
+                             "per_seed": v.mean(1).tolist()}  # fmt: skip
         if us[0]["train_log"]:
             steps = [row["step"] for row in us[0]["train_log"]]
             rewards = torch.tensor([[row["reward"] for row in u["train_log"]] for u in us])  # (S, steps)
             entry["train_reward"] = {"step": steps, "mean": rewards.mean(0).tolist(), "per_seed": rewards.tolist()}
         summary["arms"][arm] = entry
     for ref in REFERENCES:
-        if ref not in draws:
+        if ref not in values:
             continue
-        for arm in draws:
+        for arm in values:
             if arm == ref:
                 continue
-            for metric in draws[arm]:
-                diff = draws[arm][metric] - draws[ref][metric]  # (B, n), paired over problems
-                value = per_arm[arm][metric] - per_arm[ref][metric]  # (n,) float64
-                summary["arms"][arm].setdefault(f"minus_{ref}", {})[metric] = {"value": value.tolist(), "ci": _ci(diff)}
+            # Paired: seed s against the reference's seed s (the base model has no seed: it pairs with every seed)
+            common = [s for s in seeds[arm] if "base" in (arm, ref) or s in seeds[ref]]
+            common = seeds[ref] if arm == "base" else common
+            if not common:
+                continue
+            mine = [0] * len(common) if arm == "base" else [seeds[arm].index(s) for s in common]
+            theirs = [0] * len(common) if ref == "base" else [seeds[ref].index(s) for s in common]
+            out = summary["arms"][arm].setdefault(f"minus_{ref}", {})
+            for metric, v in values[arm].items():
+                diff = v[mine] - values[ref][metric][theirs]  # (S_common, P, n) float64
+                out[metric] = {"value": diff.mean((0, 1)).tolist(),
+                               "ci": _ci(resample_means(diff, prob_idx, seed_idx(len(common))))}  # fmt: skip
+            if "base" not in (arm, ref) and not common == seeds[arm] == seeds[ref]:
+                out["seeds"] = common  # the seeds both arms have, where they differ
+    if primary_baseline in values and objectives:
+        summary["seed_level"] = seed_level(summary, primary_baseline)
 
     if arm_flags and first_trained.get("config", {}).get("num_generations"):
         n_train = first_trained["config"]["num_generations"]
@@ -189,6 +205,62 @@ def summarize(
     plot(summary, assets.parent / f"{assets.name}.png")
     print(table(summary))
     return summary
+
+
+def seed_level(summary: dict, baseline: str, alpha: float = 0.05, power: float = 0.8) -> dict:
+    """Seed-level inference against `baseline` (the pre-registered analysis, docs/results.md).
+
+    For each arm and metric, d_s = arm(s) - baseline(s) over the seeds both have (each a mean over the problems),
+    then a one-sample t test over seeds. Primaries: each arm whose own objective differs from the baseline's, on
+    its own objective; their p-values are Holm-adjusted, and `detectable` is the effect found with `power` at
+    Holm's strictest level alpha / (number of primaries). Everything else is exploratory (unadjusted).
+    """
+    arms, names = summary["arms"], [o["name"] for o in summary["objectives"]]
+    own = {arm: o["name"] for o in summary["objectives"] for arm in o["trained_by"]}
+
+    def paired(arm: str, metric: str) -> tuple[list, torch.Tensor]:
+        common = [s for s in arms[arm]["seeds"] if s in arms[baseline]["seeds"]]
+        rows = [[arms[a][metric]["per_seed"][arms[a]["seeds"].index(s)] for s in common] for a in (arm, baseline)]
+        return common, torch.tensor(rows[0], dtype=torch.float64) - torch.tensor(rows[1], dtype=torch.float64)
+
+    primaries, exploratory = [], {}
+    for arm in arms:
+        if arm in ("base", baseline) or len(paired(arm, "pass@k")[0]) < 2:
+            continue
+        exploratory[arm] = {"seeds": paired(arm, "pass@k")[0]}
+        for metric in (*METRICS, "objectives"):
+            common, d = paired(arm, metric)  # (S, n) or (S, m)
+            tests = [seed_t_test(d[:, j]) for j in range(d.shape[1])]
+            exploratory[arm][metric] = {key: [t[key] for t in tests] for key in ("mean", "ci", "p")}
+        if own.get(arm) not in (None, own.get(baseline)):
+            common, d = paired(arm, "objectives")
+            d = d[:, names.index(own[arm])]  # (S,)
+            primaries.append({"arm": arm, "metric": own[arm], "seeds": common, "per_seed": d.tolist(), **seed_t_test(d)})
+    for entry, adjusted in zip(primaries, holm([e["p"] for e in primaries])):
+        entry["p_holm"] = adjusted
+        entry["detectable"] = detectable_effect(entry["sd"], entry["n"], alpha / len(primaries), power)
+    return {"baseline": baseline, "alpha": alpha, "power": power, "primaries": primaries, "exploratory": exploratory}
+
+
+def _seed_level_table(sl: dict, head: list[str], ks: list[int]) -> list[str]:
+    base = sl["baseline"]
+    lines = [f"Pre-registered primary endpoints: each arm's own objective minus {base.upper()}'s, per seed (points), "
+             f"two-sided t test over seeds, Holm over the {len(sl['primaries'])} primaries (family-wise alpha "
+             f"{sl['alpha']}); detectable = the effect found with {sl['power']:.0%} power at Holm's strictest "
+             "level.", "",
+             "| arm | endpoint | seeds | d per seed | mean [95% t CI] | p | Holm p | detectable |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for e in sl["primaries"]:
+        per = " / ".join(f"{100 * d:+.1f}" for d in e["per_seed"])
+        lines.append(f"| {e['arm']} | {e['metric']} | {len(e['seeds'])} | {per} | {_cell(e['mean'], e['ci'], '+.1f')} "
+                     f"| {e['p']:.3g} | {e['p_holm']:.3g} | {100 * e['detectable']:.1f} |")  # fmt: skip
+    lines += ["", f"Exploratory, seed-level (unadjusted): differences vs {base.upper()} (points, mean [95% t CI over "
+              "seeds])", "", "| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]  # fmt: skip
+    for arm, metrics in sl["exploratory"].items():
+        cells = [_cell(metrics[m]["mean"][k - 1], metrics[m]["ci"][k - 1], "+.1f")
+                 for m, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
+        lines.append(f"| {arm} | {len(metrics['seeds'])} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _cell(value: float, ci: list[float], fmt: str) -> str:
@@ -205,7 +277,10 @@ def _cells(curves: dict, ks: list[int], fmt: str) -> list[str]:
 def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
     ks = [k for k in ks if k <= summary["num_samples"]]
     head = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks[1:]]
-    lines = ["| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    lines = []
+    if summary.get("seed_level"):
+        lines += _seed_level_table(summary["seed_level"], head, ks) + ["", "Values per arm (%):", ""]
+    lines += ["| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
     for arm, entry in summary["arms"].items():
         lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(_cells(entry, ks, ".1f")) + " |")
     lines.append("")

@@ -223,3 +223,46 @@ def test_summary_objectives_table(tmp_path):
     assert diff == pytest.approx(min4 - rloo, abs=1e-12)
     md = (tmp_path / "units.md").read_text()
     assert "| model | Mean@1 (grpo, rloo) | ReMin@4 (min4) |" in md and "| min4 - rloo |" in md
+
+
+def test_seed_level_primaries_against_scipy(tmp_path):
+    """The pre-registered analysis on a fixture: per-seed paired differences of each arm's own objective, a t test
+    over seeds (scipy's paired t test as the oracle), Holm over the primaries, pairing by seed id when arms have
+    different seeds (min4 lacks seed 3; grpo has only seeds 0-1 and is no primary: its objective is the mean)."""
+    scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
+    from oracle import brute_value
+
+    n, gen = 6, torch.Generator().manual_seed(3)
+    assets = tmp_path / "units"
+    assets.mkdir()
+    seeds = {"rloo": [0, 1, 2, 3], "max5": [0, 1, 2, 3], "min4": [0, 1, 2], "grpo": [0, 1]}
+    counts = {f"{a}-s{s}": torch.randint(0, n + 1, (10,), generator=gen).tolist() for a, ss in seeds.items() for s in ss}
+    for unit, c in counts.items():
+        (assets / f"{unit}.json").write_text(json.dumps(_unit(unit, c, n, steps=(0.5,))))
+    arms = {a: ARM_FLAGS[a] for a in seeds}
+    sl = compare_summary.summarize(assets, list(arms), arm_flags=arms)["seed_level"]
+
+    def objective(unit, arm):  # the arm's own objective, mean over problems, by subset enumeration
+        w = ASCENDING_WEIGHTS[arm]
+        return sum(brute_value([0.0] * (n - c) + [1.0] * c, w) for c in counts[unit]) / len(counts[unit])
+
+    assert [e["arm"] for e in sl["primaries"]] == ["max5", "min4"]
+    ps = []
+    for e in sl["primaries"]:
+        arm = e["arm"]
+        common = [s for s in seeds[arm] if s in seeds["rloo"]]
+        a = [objective(f"{arm}-s{s}", arm) for s in common]
+        b = [objective(f"rloo-s{s}", arm) for s in common]
+        ref = scipy_stats.ttest_rel(a, b)
+        ci = ref.confidence_interval(0.95)
+        assert e["seeds"] == common
+        assert e["per_seed"] == pytest.approx([x - y for x, y in zip(a, b)], abs=1e-12)
+        assert e["p"] == pytest.approx(ref.pvalue, rel=1e-9)
+        assert e["ci"] == pytest.approx([ci.low, ci.high], rel=1e-9, abs=1e-12)
+        ps.append(ref.pvalue)
+    low, high = sorted(ps)
+    holm = {low: min(1, 2 * low), high: max(min(1, 2 * low), high)}  # Holm for two hypotheses, by hand
+    assert [e["p_holm"] for e in sl["primaries"]] == pytest.approx([holm[p] for p in ps], rel=1e-9)
+    assert set(sl["exploratory"]) == {"grpo", "max5", "min4"} and sl["exploratory"]["grpo"]["seeds"] == [0, 1]
+    md = (tmp_path / "units.md").read_text()
+    assert "| max5 | ReMax@5 | 4 |" in md and "| min4 | ReMin@4 | 3 |" in md
