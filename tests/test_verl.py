@@ -161,7 +161,8 @@ def test_defaults_are_top2_of_4_and_no_config_is_allowed():
     explicit = compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config("TopM:2", 4))
     from omegaconf import OmegaConf
 
-    default = compute_advantage(data, adv_estimator="ordergrad", config=OmegaConf.create({"adv_estimator": "ordergrad"}))
+    bare = OmegaConf.create({"adv_estimator": "ordergrad"})
+    default = compute_advantage(data, adv_estimator="ordergrad", config=bare)
     assert torch.equal(default.batch["advantages"], explicit.batch["advantages"])
     assert torch.any(explicit.batch["advantages"] != 0)
 

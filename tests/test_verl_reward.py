@@ -23,8 +23,8 @@ def verl_loaded_compute_score():
     """Our reward as verl's trainer gets it: `reward.custom_reward_function` through `get_custom_reward_fn`."""
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    config = OmegaConf.create({"reward": {"custom_reward_function": {
-        "path": "pkg://ordergrad_trl.integrations.verl_reward", "name": "compute_score", "reward_kwargs": {}}}})  # fmt: skip
+    path = "pkg://ordergrad_trl.integrations.verl_reward"
+    config = OmegaConf.create({"reward": {"custom_reward_function": {"path": path, "name": "compute_score"}}})
     fn = get_custom_reward_fn(config)
     assert fn is not None
     return fn
