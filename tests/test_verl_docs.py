@@ -155,7 +155,7 @@ def test_recipe_script_composes_and_passes_verls_validation(tmp_path):
 
 @needs_verl
 @pytest.mark.skipif(not (SHARED / "math500_test.jsonl").is_file(), reason=f"MATH-500 not found in {SHARED}")
-def test_prepare_math_writes_rows_verl_scores(tmp_path):
+def test_prepare_math_writes_rows_verl_reads_and_scores(tmp_path, tiny_tokenizer):
     import json
 
     import pandas as pd
@@ -170,6 +170,13 @@ def test_prepare_math_writes_rows_verl_scores(tmp_path):
     row = test.iloc[0]
     assert list(row["prompt"][0]) == ["role", "content"] and row["prompt"][0]["role"] == "user"
     assert re.search(r"\\boxed\{\}", row["prompt"][0]["content"])
+    # verl's RL dataset reads the files (it applies the tokenizer's chat template to `prompt`)
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    dataset = RLHFDataset(data_files=[str(tmp_path / "data" / "test.parquet")], tokenizer=tiny_tokenizer,
+                          config=compose(["data.max_prompt_length=4096"]).data)  # fmt: skip
+    assert len(dataset) == 500
+    assert dataset[0]["raw_prompt"] == list(row["prompt"]) and dataset[0]["reward_model"] == row["reward_model"]
     solutions = [json.loads(line)["solution"] for line in (SHARED / "math500_test.jsonl").read_text().splitlines()]
     config = compose(["reward.custom_reward_function.path=pkg://ordergrad_trl.integrations.verl_reward"])
     from verl.trainer.ppo.reward import get_custom_reward_fn
