@@ -12,11 +12,18 @@ import random
 import subprocess
 import sys
 import textwrap
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("verl", reason="verl is not installed: these tests run in the verl environment (docs/verl.md)")
+# the installed distribution, not `import verl`: with recipes/ on sys.path (some tests add it), recipes/verl/ would
+# import as an empty namespace package where verl is absent
+try:
+    version("verl")
+except PackageNotFoundError:
+    pytest.skip("verl is not installed: these tests run in the verl environment (docs/verl.md)",
+                allow_module_level=True)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
