@@ -1,0 +1,204 @@
+"""The `ordergrad` advantage estimator through verl's own code (verl environment; docs/verl.md#tests).
+
+Oracle: the leave-one-out advantage by enumerating K-subsets, a_i = mean L(S) over S holding i minus mean L(S)
+over S drawn from the others, with L(S) = sum_j w_j (S sorted ascending)_j and weights written out by hand."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pytest
+
+# the installed distribution, not `import verl`: with recipes/ on sys.path (some tests add it), recipes/verl/ would
+# import as an empty namespace package where verl is absent
+try:
+    version("verl")
+except PackageNotFoundError:
+    pytest.skip("verl is not installed: these tests run in the verl environment (docs/verl.md)",
+                allow_module_level=True)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+
+import ordergrad_trl.integrations.verl as adapter  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+# objective (as a user writes it), K, the ascending weights written out by hand for the oracle
+OBJECTIVES = [
+    ("TopM:2", 4, [0, 0, 0.5, 0.5]),
+    ("ReMax", 3, [0, 0, 1]),
+    ("CVaR:0.5", 4, [0.5, 0.5, 0, 0]),
+    ("Median", 3, [0, 1, 0]),
+    ([0.1, -0.2, 0.3, 0.8], 4, [0.1, -0.2, 0.3, 0.8]),  # a list from Hydra: +algorithm.ordergrad_objective=[...]
+    ("Mean", 1, [1.0]),  # K=1: RLOO
+]
+
+
+def oracle(scores: list[float], weights: list[float]) -> list[float]:
+    """K * (E[L(S) | i in S] - E[L(S) | S from the others]) for every member, by enumeration."""
+    n, k = len(scores), len(weights)
+
+    def value(members) -> float:
+        return sum(w * x for w, x in zip(weights, sorted(scores[m] for m in members)))
+
+    out = []
+    for i in range(n):
+        others = [m for m in range(n) if m != i]
+        with_i = [value((i, *rest)) for rest in itertools.combinations(others, k - 1)]
+        without_i = [value(s) for s in itertools.combinations(others, k)]
+        out.append(k * (sum(with_i) / len(with_i) - sum(without_i) / len(without_i)))
+    return out
+
+
+def shuffled_ragged_batch(sizes: list[int], seed: int, length: int = 7):
+    """A DataProto like verl's: rows of each uid scattered, rewards spread over the response tokens."""
+    rng = random.Random(seed)
+    uids = [f"uid-{g}-{rng.getrandbits(32):08x}" for g in range(len(sizes))]
+    rows = [(uid, rng.choice([0.0, 0.5, 1.0, rng.uniform(-2, 2)])) for uid, n in zip(uids, sizes) for _ in range(n)]
+    rng.shuffle(rows)
+    bs = len(rows)
+    lengths = torch.tensor([rng.randint(1, length) for _ in range(bs)])
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).to(torch.float64)  # (bs, L)
+    rewards = torch.zeros(bs, length, dtype=torch.float64)  # (bs, L)
+    for r, (_, score) in enumerate(rows):
+        last = int(lengths[r]) - 1
+        rewards[r, last] = score - 0.25  # a token-level part and an outcome part that sum to the score
+        rewards[r, rng.randrange(last + 1)] += 0.25
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask},
+        non_tensors={"uid": np.array([uid for uid, _ in rows], dtype=object)},
+    )
+    return data, rows
+
+
+def algorithm_config(objective, k: int):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"adv_estimator": "ordergrad", "ordergrad_objective": objective, "ordergrad_k": k})
+
+
+# ------------------------------------------------------------------------------------------------ registration
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**ENV, **env}, cwd=REPO.parent,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_entry_point_registers_in_a_fresh_interpreter():
+    code = """
+        import sys, verl
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+        print(get_adv_estimator_fn("ordergrad").__module__, "trl" in sys.modules)
+    """
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["ordergrad_trl.integrations.verl", "False"]  # no TRL import
+    # and it is the entry point that does it: with verl's plugin loading off, the name is unknown
+    off = _python(code, VERL_USE_EXTERNAL_PLUGINS="none")
+    assert off.returncode != 0 and "Unknown advantage estimator" in off.stderr, off.stderr[-3000:]
+    from importlib.metadata import entry_points
+
+    assert [ep.value for ep in entry_points(group="verl.plugins") if ep.name == "ordergrad"] == [adapter.__name__]
+
+
+def test_a_failing_registration_is_loud(tmp_path):
+    """verl logs a failing plugin at debug level only; ours logs an error with the cause."""
+    (tmp_path / "squatter.py").write_text(textwrap.dedent("""
+        from verl.trainer.ppo.core_algos import register_adv_est
+        register_adv_est("ordergrad")(lambda **kwargs: None)  # takes the name before the plugin loads
+    """))
+    proc = _python("import verl", VERL_USE_EXTERNAL_MODULES="squatter", PYTHONPATH=str(tmp_path))
+    assert "ordergrad_trl could not register algorithm.adv_estimator=ordergrad with verl" in proc.stderr
+    assert "has already been registered" in proc.stderr  # the cause, with its traceback
+
+
+# ------------------------------------------------------------------------------------------ the estimator
+
+
+@pytest.mark.parametrize("objective,k,weights", OBJECTIVES, ids=lambda v: str(v))
+def test_compute_advantage_equals_subset_enumeration(objective, k, weights, caplog, monkeypatch):
+    sizes = [5, 8, 6, k, 8, 1, 2 * k + 1, k + 1]  # ragged; groups of k and 1 rows have N <= K
+    data, rows = shuffled_ragged_batch(sizes, seed=len(sizes) * k)
+    mask = data.batch["response_mask"].clone()
+    monkeypatch.setattr(adapter, "_warned_small_groups", False)  # the warning is once per process
+    with caplog.at_level(logging.WARNING, logger=adapter.__name__):
+        out = compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config(objective, k))
+
+    expected = torch.zeros(len(rows), dtype=torch.float64)
+    for uid in {u for u, _ in rows}:
+        members = [r for r, (u, _) in enumerate(rows) if u == uid]
+        if len(members) > k:
+            expected[members] = torch.tensor(oracle([rows[r][1] for r in members], weights), dtype=torch.float64)
+    advantages = out.batch["advantages"]  # (bs, L)
+    assert advantages.dtype == torch.float64
+    assert torch.max(torch.abs(advantages - expected[:, None] * mask)) <= 1e-10
+    assert torch.equal(out.batch["returns"], advantages)
+    assert torch.all(advantages[mask == 0] == 0)
+    small = sum(n <= k for n in sizes)
+    assert f"{small} of {len(sizes)} groups have N <= K={k}" in caplog.text
+
+
+def test_float32_rewards_keep_their_dtype_and_match():
+    data, rows = shuffled_ragged_batch([6, 9, 7], seed=3)
+    exact = compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config("TopM:2", 4))
+    data32 = DataProto.from_dict(
+        tensors={k: data.batch[k].float() for k in ("token_level_rewards", "response_mask")},
+        non_tensors={"uid": data.non_tensor_batch["uid"]},
+    )
+    out = compute_advantage(data32, adv_estimator="ordergrad", config=algorithm_config("TopM:2", 4))
+    assert out.batch["advantages"].dtype == torch.float32
+    torch.testing.assert_close(out.batch["advantages"].double(), exact.batch["advantages"], atol=1e-6, rtol=0)
+
+
+def test_defaults_are_top2_of_4_and_no_config_is_allowed():
+    data, _ = shuffled_ragged_batch([6, 9], seed=5)
+    explicit = compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config("TopM:2", 4))
+    from omegaconf import OmegaConf
+
+    bare = OmegaConf.create({"adv_estimator": "ordergrad"})
+    default = compute_advantage(data, adv_estimator="ordergrad", config=bare)
+    assert torch.equal(default.batch["advantages"], explicit.batch["advantages"])
+    assert torch.any(explicit.batch["advantages"] != 0)
+
+
+def test_v1_trainer_path_delegates_to_the_estimator():
+    """verl's V1 trainer (the default) goes through compute_advantage_for_multi_trajectories."""
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    data, rows = shuffled_ragged_batch([6, 5], seed=7)
+    keys = [f"{uid}_0_{i}" for i, (uid, _) in enumerate(rows)]
+    config = algorithm_config("ReMax", 3)
+    direct = compute_advantage(data, adv_estimator="ordergrad", config=config).batch["advantages"].clone()
+    data2, _ = shuffled_ragged_batch([6, 5], seed=7)
+    out = compute_advantage_for_multi_trajectories(data2, batch_keys=keys, adv_estimator="ordergrad", config=config)
+    assert torch.equal(out.batch["advantages"], direct)
+
+
+@pytest.mark.parametrize(
+    "objective,k,message",
+    [
+        ("Bogus", 4, "algorithm.ordergrad_objective='Bogus' with algorithm.ordergrad_k=4: Invalid objective"),
+        ("TopM:5", 4, "topm:m needs 1 <= m <= k"),
+        ([0.5, 0.5], 4, "got 2 weights, need exactly k=4"),
+        ("TopM:2", 0, "algorithm.ordergrad_k must be an integer >= 1, got 0"),
+        ("TopM:2", "four", "algorithm.ordergrad_k must be an integer >= 1, got 'four'"),
+    ],
+)
+def test_bad_settings_fail_with_the_key_and_valid_forms(objective, k, message):
+    data, _ = shuffled_ragged_batch([6], seed=1)
+    with pytest.raises(ValueError, match="ordergrad_") as info:
+        compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config(objective, k))
+    assert message in str(info.value)
