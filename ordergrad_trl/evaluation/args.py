@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 
-__all__ = ["BACKENDS", "GenerateArgs", "PathArgs", "ReportArgs", "ScoreArgs", "check_types", "validate_generate",
+__all__ = ["BACKENDS", "GenerateArgs", "PathArgs", "ReportArgs", "ScoreArgs", "check_types", "check_value", "validate_generate",
            "validate_score"]
 
 BACKENDS = ("auto", "hf", "vllm", "reference")
@@ -153,18 +153,23 @@ def _fits(value, annotation) -> bool:
 
 
 def _spelled(annotation) -> str:
-    return str(annotation).replace("typing.", "").replace("NoneType", "None")
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return text or str(annotation).replace("typing.", "").replace("NoneType", "None")
+
+
+def check_value(cls, name: str, value, where: str = "") -> None:
+    """UsageError naming `--name` unless `value` has the type field `name` of dataclass `cls` is annotated with."""
+    annotation = typing.get_type_hints(cls)[name]
+    if not _fits(value, annotation):
+        hint = " (a YAML list: [a, b])" if "list" in str(annotation) else ""
+        raise UsageError(f"{where}--{name} must be {_spelled(annotation)}{hint}, got {type(value).__name__} "
+                         f"{value!r}")
 
 
 def check_types(args, where: str = "") -> None:
     """UsageError naming the field unless every value has its annotated type (floats finite, lists lists)."""
-    hints = typing.get_type_hints(type(args))
     for f in dataclasses.fields(args):
-        value = getattr(args, f.name)
-        if not _fits(value, hints[f.name]):
-            hint = " (a YAML list: [a, b])" if "list" in str(hints[f.name]) else ""
-            raise UsageError(f"{where}--{f.name} must be {_spelled(hints[f.name])}{hint}, got "
-                             f"{type(value).__name__} {value!r}")
+        check_value(type(args), f.name, getattr(args, f.name), where)
 
 
 def validate_generate(args: GenerateArgs) -> None:

@@ -8,13 +8,14 @@ exits with status 2, like argparse, before anything slow starts. Anything else i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import sys
 from pathlib import Path
 
-from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs, check_types
+from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs, check_types, check_value
 from .errors import UsageError
 
 __all__ = ["STAGES", "main", "parse_stage_args", "stage_main"]
@@ -77,11 +78,13 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
         env = config.pop("env", {})
         if not isinstance(env, dict):
             raise UsageError(f"--config {path}: env must be a mapping of variable names to values")
-        known = {a.dest for a in parser._actions}
-        unknown = [k for k in config if k not in known]
+        owner = {f.name: cls for cls in STAGES[stage] for f in dataclasses.fields(cls)}
+        unknown = [k for k in config if k not in owner]
         if unknown:
             raise UsageError(f"--config {path}: unknown key(s) {', '.join(map(str, unknown))} for {prog}; see "
                              f"{prog} --help")
+        for key, value in config.items():  # before argparse, which would convert strings without naming the file
+            check_value(owner[key], key, value, f"--config {path}: ")
         os.environ.update({str(k): str(v) for k, v in env.items()})
         parser.set_defaults_with_config(**config)
     parsed = parser.parse_args_into_dataclasses(args=argv)

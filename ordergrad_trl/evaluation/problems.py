@@ -85,7 +85,7 @@ def check_data_file(name: str, path: Path) -> None:
     `answer` (if any) is a string or a number."""
     if path.suffix not in (".jsonl", ".json"):
         return  # parquet: typed columns, read by the loader (its errors are wrapped in load_problems)
-    where = f"--datasets {name}: {path}"
+    where = f"--datasets {name}"  # the path as given, so `<where>:<line>` reads as file and line
     data = path.read_bytes()
     rows = None
     if path.suffix == ".json":  # one JSON document (a list of rows), else JSON lines
