@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ordergrad_trl.evaluation.cli import main
+from ordergrad_trl.evaluation.cli import command as main
 
 REPO = Path(__file__).resolve().parents[1]
 REF = ["--backend", "reference", "--reward_workers", "1", "--plot", "false", "--disable_tqdm"]

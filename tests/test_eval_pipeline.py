@@ -164,10 +164,10 @@ def test_report_argument_errors(tmp_path):
 
 # ------------------------------------------------------------------------------------------ tiny model, end to end
 def test_end_to_end_cli_on_tiny_model(tiny_model_dir, tmp_path):
-    from ordergrad_trl.evaluation.cli import main as cli_main
+    from ordergrad_trl.evaluation.cli import command
 
     def main(argv):
-        return cli_main(["run", *argv])
+        return command(["run", *argv])
 
     out = tmp_path / "run"
     cfg = tmp_path / "eval.yaml"

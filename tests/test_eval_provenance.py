@@ -16,7 +16,7 @@ import pytest
 
 from ordergrad_trl.evaluation import evaluate, records
 from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs
-from ordergrad_trl.evaluation.cli import main
+from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.errors import UsageError
 from ordergrad_trl.evaluation.generate import generate
 

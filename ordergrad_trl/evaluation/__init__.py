@@ -11,8 +11,16 @@ Modules: `plan` (arguments, data, provenance, what is pending) feeds `sampling` 
 worker loop); `score`, `report` (with `metrics`, `render`) read the run's `records`. See docs/evaluation.md.
 """
 
+import importlib
+
 from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs
 from .errors import MissingPathError, UsageError
-from .run import evaluate
+
+
+def __getattr__(name):
+    if name == "evaluate":  # the stages import torch and the tasks: load them on first use
+        return importlib.import_module(".run", __name__).evaluate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["GenerateArgs", "MissingPathError", "PathArgs", "ReportArgs", "ScoreArgs", "UsageError", "evaluate"]

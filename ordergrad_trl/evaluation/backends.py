@@ -1,5 +1,6 @@
-"""Generation backends: batched `transformers` generate and vLLM, both sampling from exactly
-temperature / top_p / top_k and stopping at every id of `tokens.stop_token_ids`.
+"""Generation backends: batched `transformers` generate and vLLM.
+
+Both sample from exactly temperature / top_p / top_k and stop at every id of `tokens.stop_token_ids`.
 
 A backend gets the run's tokenizer and a plain (already merged, if an adapter) `ModelSource`: loading them is the
 caller's job, once per run.

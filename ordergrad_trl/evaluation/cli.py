@@ -18,7 +18,7 @@ from pathlib import Path
 from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs, check_types, check_value
 from .errors import UsageError
 
-__all__ = ["STAGES", "main", "parse_stage_args", "stage_main"]
+__all__ = ["STAGES", "command", "main", "parse_stage_args", "stage_main"]
 
 STAGES = {
     "run": (GenerateArgs, ScoreArgs, ReportArgs, PathArgs),
@@ -131,8 +131,8 @@ def stage_main(stage: str, argv: list[str] | None = None, prog: str | None = Non
         raise SystemExit(2) from None
 
 
-def main(argv: list[str] | None = None) -> dict | None:
-    """`ordergrad-eval <stage> [flags]`: the console script."""
+def command(argv: list[str] | None = None) -> dict | None:
+    """`ordergrad-eval <stage> [flags]`, returning what the stage returns (None for --help)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in STAGES:
         lines = ["usage: ordergrad-eval {run,generate,score,report} [flags]  (<stage> --help lists its flags)", ""]
@@ -146,6 +146,11 @@ def main(argv: list[str] | None = None) -> dict | None:
             raise SystemExit(2)
         return None
     return stage_main(argv[0], argv[1:])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script `ordergrad-eval` (its exit status is 0, or 2 for bad input)."""
+    command(argv)
 
 
 if __name__ == "__main__":

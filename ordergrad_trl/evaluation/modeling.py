@@ -1,6 +1,6 @@
-"""Which weights to evaluate (a Hub id, a local checkpoint such as a trainer's `checkpoint-N`, or a PEFT adapter),
-their fingerprint, and loading them: the tokenizer once per run, an adapter merged once per run.
+"""Which weights to evaluate, their fingerprint, and loading them: the tokenizer once, an adapter merged once.
 
+`--model` is a Hub id, a local checkpoint such as a trainer's `checkpoint-N`, or a PEFT adapter directory.
 An adapter directory is recognised by its `adapter_config.json`: the base named there (`base_model_name_or_path`)
 is loaded and the adapter merged into it (`merge_and_unload`), so generation runs at the base model's speed. vLLM
 and data-parallel workers need a plain checkpoint, so for them the merged model is written once to

@@ -1,5 +1,6 @@
-"""One shot: generate, score and report (each stage resumes, so rerunning after an interruption is cheap), and the
-Python entry point `evaluate`.
+"""One shot, from the shell (`run`) or from Python (`evaluate`): generate, score and report.
+
+Each stage resumes, so rerunning after an interruption is cheap.
 
     ordergrad-eval run --model <hub id | checkpoint dir | adapter dir> --datasets math500 gsm8k --local_data \\
         --num_samples 16 --ks 1 4 16 --objectives TopM:2@4 --output_dir runs/my_model
