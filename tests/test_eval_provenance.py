@@ -10,6 +10,7 @@ one set's samples with another's golds cannot.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -121,9 +122,13 @@ def test_changed_weights_of_a_local_checkpoint_are_refused(tiny_model_dir, tmp_p
     generate(args, PathArgs(str(tmp_path / "run")))
     prov = json.loads((tmp_path / "run" / "provenance.json").read_text())
     assert len(prov["model"]["fingerprint"]["base"]["sha256"]) == 64
+    moved = tmp_path / "moved_ckpt"  # the same weights elsewhere are the same model: the run resumes
+    shutil.copytree(model_dir, moved)
+    assert generate(GenerateArgs(**{**vars(args), "model": str(moved), "num_samples": 2}),
+                    PathArgs(str(tmp_path / "run")))["arithmetic"]["samples"] == 1
     model.lm_head.weight.data[0, 0] += 1.0  # one weight
     model.save_pretrained(model_dir)
-    with pytest.raises(UsageError, match=r"model .*ckpt -> .*ckpt \(its weights or config changed\)"):
+    with pytest.raises(UsageError, match=r"model .*moved_ckpt -> .*/ckpt \(weights or config differ\)"):
         generate(args, PathArgs(str(tmp_path / "run")))
 
 

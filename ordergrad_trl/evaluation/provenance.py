@@ -62,17 +62,18 @@ def read_provenance(out: Path) -> dict | None:
 
 
 def _model_id(model: dict) -> tuple:
+    """A local directory is its content (a moved checkpoint is the same model), a Hub id its name."""
     fp = model.get("fingerprint") or {}
-    return (model.get("base"), model.get("adapter"), *((fp.get(k) or {}).get("sha256") for k in ("base", "adapter")))
+    return tuple((fp.get(k) or {}).get("sha256") or model.get(k) for k in ("base", "adapter"))
 
 
 def _run_changes(old: dict, new: dict) -> list[str]:
     changes = []
     if _model_id(old["model"]) != _model_id(new["model"]):
         o, n = old["model"], new["model"]
-        same_names = (o.get("base"), o.get("adapter")) == (n.get("base"), n.get("adapter"))
-        changes.append(f"model {o.get('model')} -> {n.get('model')}" + (" (its weights or config changed)"
-                                                                        if same_names else ""))
+        local = all((m.get("fingerprint") or {}).get("base") for m in (o, n))  # directories: their files differ
+        changes.append(f"model {o.get('model')} -> {n.get('model')}" + (" (weights or config differ)" if local
+                                                                        else ""))
     for part in ("prompt", "sampling"):
         for k in new[part]:
             if old[part].get(k) != new[part][k]:
