@@ -5,9 +5,10 @@
         --limit 16 --num_samples 8 --max_new_tokens 256 --batch_size 32 --backend vllm
     python benchmarks/eval_throughput.py --model tiny                             # seconds; the random test model
 
-Generation runs the generate stage (`ordergrad_trl.evaluation`) into a fresh temporary directory (so nothing is resumed); scoring runs
-the score stage on those completions and, separately, on `--score_items` completions recycled from them (to time
-the math-verify pool on a batch large enough to amortize its start-up). Prints a markdown table and JSON.
+Generation runs the generate stage (`ordergrad_trl.evaluation`) into a fresh temporary directory (so nothing is
+resumed); scoring runs the score stage on those completions and, separately, on `--score_items` completions recycled
+from them (to time the math-verify pool on a batch large enough to amortize its start-up). Prints a markdown table
+and JSON.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 `ordergrad-eval ...` (and the benchmark script) run from a temporary directory, through the installed console
 script; `python -m eval.<stage> ...`, the checkout's form, runs from the repository root with its `--output_dir`
 moved to a temporary directory. The commands are parsed from the files' ```bash blocks, so they cannot drift from
-what users read. Only sizes change: `--model X` becomes `--backend reference` (no weights offline), `--limit 2`, `--num_samples 16`,
-`--ks 1 4 16`; benchmarks load from the local copies (ORDERGRAD_LOCAL_DATA=1). Each report is then checked
-against brute force on its own scores.jsonl: the Codex closed form for pass@k / pass^k and subset enumeration
-for maj@k.
+what users read. Only sizes change: `--model X` becomes `--backend reference` (no weights offline), `--limit 2`,
+`--num_samples 16`, `--ks 1 4 16`; benchmarks load from the local copies (ORDERGRAD_LOCAL_DATA=1). Each report is
+then checked against brute force on its own scores.jsonl: the Codex closed form for pass@k / pass^k and subset
+enumeration for maj@k.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ordergrad_trl/evaluation/metrics.py against brute force: every metric by enumerating all k-subsets of a problem's samples.
+"""evaluation/metrics.py against brute force: every metric by enumerating all k-subsets of a problem's samples.
 
 The oracles below are written from the definitions (max, min, median, tail means, majority vote with fractional
 tie-breaking over explicit subsets), not from rank weights, and pass@k / pass^k also against the closed forms

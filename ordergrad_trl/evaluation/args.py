@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 
-__all__ = ["BACKENDS", "GenerateArgs", "PathArgs", "ReportArgs", "ScoreArgs", "check_types", "check_value", "validate_generate",
-           "validate_score"]
+__all__ = ["BACKENDS", "GenerateArgs", "PathArgs", "ReportArgs", "ScoreArgs", "check_types", "check_value",
+           "validate_generate", "validate_score"]
 
 BACKENDS = ("auto", "hf", "vllm", "reference")
 
