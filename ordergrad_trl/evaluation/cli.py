@@ -67,7 +67,6 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
 
     parser = Parser(STAGES[stage], prog=prog, description=_ABOUT[stage])
     argv = list(argv)
-    config = {}
     if "--config" in argv:
         at = argv.index("--config")
         if at + 1 >= len(argv):
@@ -88,8 +87,8 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
         os.environ.update({str(k): str(v) for k, v in env.items()})
         parser.set_defaults_with_config(**config)
     parsed = parser.parse_args_into_dataclasses(args=argv)
-    for obj in parsed:
-        check_types(obj, f"--config {path}: " if config else "")
+    for obj in parsed:  # the config's values are checked above: what fails here came from the command line
+        check_types(obj)
     return parsed
 
 
