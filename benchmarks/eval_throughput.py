@@ -5,9 +5,10 @@
         --limit 16 --num_samples 8 --max_new_tokens 256 --batch_size 32 --backend vllm
     python benchmarks/eval_throughput.py --model tiny                             # seconds; the random test model
 
-Generation runs `eval.generate` into a fresh temporary directory (so nothing is resumed); scoring runs
-`eval.score` on those completions and, separately, on `--score_items` completions recycled from them (to time
-the math-verify pool on a batch large enough to amortize its start-up). Prints a markdown table and JSON.
+Generation runs the generate stage (`ordergrad_trl.evaluation`) into a fresh temporary directory (so nothing is
+resumed); scoring runs the score stage on those completions and, separately, on `--score_items` completions recycled
+from them (to time the math-verify pool on a batch large enough to amortize its start-up). Prints a markdown table
+and JSON.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from ordergrad_trl.evaluation import records
+from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs, ScoreArgs
+from ordergrad_trl.evaluation.generate import generate
+from ordergrad_trl.evaluation.score import score
 
-from eval import records  # noqa: E402
-from eval.generate import GenerateArgs, PathArgs, generate  # noqa: E402
-from eval.score import ScoreArgs, score  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def parse() -> argparse.Namespace:

@@ -1,7 +1,7 @@
 """maj@k speed and memory: the exact DP against the subset enumeration / Monte Carlo it replaced.
 
-The generating-function DP (`eval.metrics.maj_at_k`) and the previous code run on the same synthetic answer
-distributions.
+The generating-function DP (`ordergrad_trl.evaluation.metrics.maj_at_k`) and the previous code run on the same
+synthetic answer distributions.
 
     OMP_NUM_THREADS=1 python benchmarks/maj_speed.py
 
@@ -45,7 +45,7 @@ def make_problems(num: int, n: int, max_classes: int, seed: int = 0):
 
 
 def old_maj(labels, correct, k, exact_limit=20_000, num_draws=4096, seed=0):
-    """The previous eval.metrics.maj_at_k for full rows (no NaN): enumeration, else Monte Carlo."""
+    """The previous maj_at_k for full rows (no NaN): enumeration, else Monte Carlo."""
     import torch
 
     rows, v = labels.shape
@@ -80,7 +80,7 @@ def run_case(case: dict) -> dict:
     """In this (fresh) process: build the problems, time one call, report the peak-RSS growth."""
     import torch
 
-    from eval.metrics import maj_at_k
+    from ordergrad_trl.evaluation.metrics import maj_at_k
 
     labels, correct = make_problems(case["problems"], case["n"], case["classes"])
     fn = maj_at_k if case["method"] == "dp" else old_maj

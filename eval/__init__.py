@@ -1,5 +1,5 @@
-"""Evaluation of math models for order-statistic objectives: generate -> score -> report.
+"""Entry points of a source checkout: `python -m eval.run|generate|score|report` from the repository root.
 
-Installed with the project (`pip install -e .`), so `python -m eval.run ...` works from any directory; see
-docs/evaluation.md.
+They are `ordergrad-eval <stage>` (the console script `pip install` provides, which works from any directory);
+the code is `ordergrad_trl.evaluation`. This folder is not installed.
 """

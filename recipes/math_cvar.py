@@ -83,9 +83,15 @@ class MathScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
+        if not isinstance(self.reward_funcs, list):  # YAML `reward_funcs: math` would be read letter by letter
+            raise ValueError(f"reward_funcs must be a list, e.g. [math], got {self.reward_funcs!r}")
         unknown = [f for f in self.reward_funcs if f not in REWARD_FUNCS]
         if unknown:
             raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARD_FUNCS)}")
+        if self.max_eval_samples is not None and self.max_eval_samples < 0:  # select(range(-1)) evaluates nothing
+            raise ValueError(f"max_eval_samples must be >= 0 (0 skips evaluation), got {self.max_eval_samples}")
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"max_train_samples must be >= 1, got {self.max_train_samples}")
 
 
 def binary_signal_counts(objective: str, k: int, n: int) -> list[int]:

@@ -201,7 +201,8 @@ HANDLERS = [
     (r"(accelerate launch|torchrun)\b.* recipes/math_cvar\.py\b", check_recipe_launch),
     (r"trl vllm-serve\b", check_vllm_serve),
     (r"bash benchmarks/gpu_smoke\.sh$", check_gpu_smoke),
-    (r"python (-m eval\.\w+|benchmarks/eval_throughput\.py)\b", delegated("test_eval_docs_commands")),
+    (r"(ordergrad-eval \w+|python (-m eval\.\w+|benchmarks/eval_throughput\.py))\b",
+     delegated("test_eval_docs_commands")),
     (r"python benchmarks/trl_suite/run\.py\b", delegated("test_trl_suite")),
     (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
     (r"python recipes/compare_objectives\.py$", delegated("test_compare_objectives")),
@@ -279,7 +280,8 @@ def test_documented_command(cmd, tmp_path, tiny_model_dir):
 
 def test_parser_sees_what_a_reader_sees():
     readme = commands_in("README.md")
-    assert [c.argv[-1] for c in readme if c.argv[:2] == ("python", "-m")] == ["-q", "runs/eval_cvar"]
+    assert [c.argv[-1] for c in readme if c.argv[:2] == ("python", "-m")] == ["-q"]
+    assert [c.argv[-1] for c in readme if c.argv[0] == "ordergrad-eval"] == ["runs/eval_cvar"]
     assert any(c.argv[:2] == ("accelerate", "launch") and "--cpu" in c.argv for c in readme)
     server = [c for c in readme if c.argv[:2] == ("trl", "vllm-serve")]
     assert server and dict(server[0].env) == {"CUDA_VISIBLE_DEVICES": "0"}

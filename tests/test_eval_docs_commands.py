@@ -1,10 +1,12 @@
-"""Every eval command printed in README.md and docs/ runs, as written, from a directory outside the repo.
+"""Every eval command printed in README.md and docs/ runs as written: `ordergrad-eval` from outside the repo.
 
-The commands are parsed from the files' ```bash blocks, so they cannot drift from what users read. Only sizes
-change: `--model X` becomes `--backend reference` (no weights offline), `--limit 2`, `--num_samples 16`,
-`--ks 1 4 16`; benchmarks load from the local copies (ORDERGRAD_LOCAL_DATA=1). Each report is then checked
-against brute force on its own scores.jsonl: the Codex closed form for pass@k / pass^k and subset enumeration
-for maj@k.
+`ordergrad-eval ...` (and the benchmark script) run from a temporary directory, through the installed console
+script; `python -m eval.<stage> ...`, the checkout's form, runs from the repository root with its `--output_dir`
+moved to a temporary directory. The commands are parsed from the files' ```bash blocks, so they cannot drift from
+what users read. Only sizes change: `--model X` becomes `--backend reference` (no weights offline), `--limit 2`,
+`--num_samples 16`, `--ks 1 4 16`; benchmarks load from the local copies (ORDERGRAD_LOCAL_DATA=1). Each report is
+then checked against brute force on its own scores.jsonl: the Codex closed form for pass@k / pass^k and subset
+enumeration for maj@k.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +25,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO / ".." / "shared" / "data"))
-EVAL_ENTRY = re.compile(r"^python (-m eval\.(run|generate|score|report)\b|benchmarks/eval_throughput\.py\b)")
+EVAL_ENTRY = re.compile(r"^(ordergrad-eval (run|generate|score|report)\b|"
+                        r"python (-m eval\.(run|generate|score|report)\b|benchmarks/eval_throughput\.py\b))")
 
 sys.path.insert(0, str(REPO / "tests"))
 from docs_commands import commands_in, doc_files  # noqa: E402
@@ -40,6 +44,18 @@ def documented_commands(doc: str) -> list[str]:
 
 
 DOCS = sorted({c.doc for c in documented()})
+
+
+def stage_of(argv: list[str]) -> str:
+    """'run' of `ordergrad-eval run ...` and of `python -m eval.run ...`."""
+    return argv[1] if argv[0] == "ordergrad-eval" else argv[2].removeprefix("eval.")
+
+
+def console_script() -> str:
+    found = shutil.which("ordergrad-eval", path=str(Path(sys.executable).parent)) or shutil.which("ordergrad-eval")
+    if found is None:
+        pytest.skip("the ordergrad-eval console script is not installed in this environment (pip install -e .)")
+    return found
 
 
 def shrink(command: str) -> tuple[dict, list[str]]:
@@ -63,13 +79,13 @@ def shrink(command: str) -> tuple[dict, list[str]]:
             argv.append(w)
             i += 1
     benchmark = argv[1].startswith("benchmarks/")
-    stage = "" if benchmark else argv[2]
+    stage = "" if benchmark else stage_of(argv)
     if benchmark:
         flags["--model"] = ["tiny"]
-    elif stage in ("eval.run", "eval.generate") and "--config" not in flags:  # no --model: the default model
+    elif stage in ("run", "generate") and "--config" not in flags:  # no --model: the default model
         flags.pop("--model", None)
         flags["--backend"] = ["reference"]
-    if stage in ("eval.run", "eval.generate") or benchmark:
+    if stage in ("run", "generate") or benchmark:
         flags["--limit"] = ["2"]
         flags["--num_samples"] = ["4" if benchmark else "16"]
     if benchmark:
@@ -85,10 +101,12 @@ def shrink(command: str) -> tuple[dict, list[str]]:
 def test_docs_list_the_eval_commands():
     """The parser finds what a reader sees: the one-shot, stage-by-stage, multi-GPU and YAML forms."""
     readme, evaluation = documented_commands("README.md"), documented_commands("docs/evaluation.md")
-    assert any("eval.run" in c for c in readme)
-    assert [c.split()[2] for c in evaluation if c.startswith("python -m")][:5] == [
-        "eval.run", "eval.generate", "eval.score", "eval.report", "eval.run"]
-    assert any(c.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 python -m eval.run") for c in evaluation)
+    assert any(c.startswith("ordergrad-eval run") for c in readme)
+    assert [c.split()[1] for c in evaluation if c.startswith("ordergrad-eval")][:5] == [
+        "run", "generate", "score", "report", "run"]
+    assert any(c.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 ordergrad-eval run") for c in evaluation)
+    assert any(c.startswith("ordergrad-eval run --config my_eval.yaml") for c in evaluation)
+    assert any(c.startswith("python -m eval.run") for c in evaluation)  # the checkout's form is shown, and run
     for doc in doc_files():  # commands users copy must not depend on the repository root
         assert not re.search(r"^\s*(\S+=\S+ )*python eval/", (REPO / doc).read_text(), flags=re.M), doc
 
@@ -124,7 +142,7 @@ def check_report(run_dir: Path) -> None:
 def test_every_documented_eval_command_runs_outside_the_repo(doc, tmp_path):
     if not (SHARED / "gsm8k_test.jsonl").is_file():
         pytest.skip(f"public benchmark files not found in {SHARED} (set ORDERGRAD_SHARED_DATA)")
-    cwd = tmp_path / "elsewhere"  # not the repo root: `eval` must come from the installed package
+    cwd = tmp_path / "elsewhere"  # not the repo root: the console script comes from the installed package
     cwd.mkdir()
     (cwd / "my_eval.yaml").write_text("backend: reference\ndatasets: [gsm8k]\nlimit: 2\nnum_samples: 16\n"
                                       "ks: [1, 4, 16]\noutput_dir: runs/yaml\n")
@@ -135,11 +153,19 @@ def test_every_documented_eval_command_runs_outside_the_repo(doc, tmp_path):
     env.pop("PYTHONPATH", None)
     for command in commands:
         extra, argv = shrink(command)
-        if argv[1].startswith("benchmarks/"):
-            argv[1] = str(REPO / argv[1])  # a script path, given relative to the repo root by the docs
-        proc = subprocess.run([sys.executable, *argv[1:]], cwd=cwd, env={**env, **extra}, capture_output=True,
-                              text=True, timeout=600)
+        stage = "" if argv[1].startswith("benchmarks/") else stage_of(argv)
+        where = cwd
+        if argv[0] == "ordergrad-eval":
+            argv = [console_script(), *argv[1:]]
+        elif argv[1].startswith("benchmarks/"):
+            argv = [sys.executable, str(REPO / argv[1]), *argv[2:]]  # a script path, relative to the repo root
+        else:  # python -m eval.<stage>: the checkout's entry points, from the repository root
+            assert "--output_dir" in argv and "--config" not in argv, f"{command}: pass --output_dir, no --config"
+            at = argv.index("--output_dir") + 1
+            argv[at] = str(cwd / Path(argv[at]).name)
+            argv, where = [sys.executable, *argv[1:]], REPO
+        proc = subprocess.run(argv, cwd=where, env={**env, **extra}, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{command}\n-> {argv}\n{proc.stderr[-3000:]}"
-        if argv[2:3] in (["eval.run"], ["eval.report"]):
+        if stage in ("run", "report"):
             out = argv[argv.index("--output_dir") + 1] if "--output_dir" in argv else "runs/yaml"
-            check_report(cwd / out)
+            check_report(where / out)

@@ -13,13 +13,15 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO))  # the checkout's `eval/` entry points (not installed)
 
 from tiny_model import IM_END, build_model, build_tokenizer  # noqa: E402
 
-from eval import backends, parallel, records  # noqa: E402
-from eval.cli import UsageError  # noqa: E402
-from eval.generate import GenerateArgs, PathArgs, generate, load_problems  # noqa: E402
+from ordergrad_trl.evaluation import parallel, records, sampling, tokens  # noqa: E402
+from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs  # noqa: E402
+from ordergrad_trl.evaluation.errors import UsageError  # noqa: E402
+from ordergrad_trl.evaluation.generate import generate  # noqa: E402
+from ordergrad_trl.evaluation.problems import load_problems  # noqa: E402
 
 
 def tiny_args(model, **kw) -> GenerateArgs:
@@ -56,11 +58,11 @@ def fake_gpus(monkeypatch):
     def no_model(*a, **k):
         raise AssertionError("the parent process must not load a model")
 
-    monkeypatch.setattr("eval.generate.HFBackend", no_model)
-    monkeypatch.setattr("eval.generate.VLLMBackend", no_model)
+    monkeypatch.setattr("ordergrad_trl.evaluation.backends.HFBackend", no_model)
+    monkeypatch.setattr("ordergrad_trl.evaluation.backends.VLLMBackend", no_model)
 
     def set_count(count, visible=None):
-        monkeypatch.setattr(parallel, "gpu_count", lambda: count)
+        monkeypatch.setattr("ordergrad_trl.evaluation.devices.gpu_count", lambda: count)
         if visible is None:
             monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         else:
@@ -87,7 +89,7 @@ def test_worker_gpus_follow_the_parents_visible_devices(tiny_model_dir, tmp_path
     assert [w.env["CUDA_VISIBLE_DEVICES"] for w in FakeWorker.launched] == want
     assert stats["arithmetic"]["samples"] == 12
     for w in FakeWorker.launched:
-        assert w.cmd[1:4] == ["-m", "eval.generate", "--dp_worker"]
+        assert w.cmd[1:3] == ["-m", "ordergrad_trl.evaluation.parallel"]
         assert Path(w.cmd[-1]).parent == elsewhere / "runs" / "dp"
         assert str(REPO) in w.env["PYTHONPATH"].split(":")
     assert (elsewhere / "runs" / "dp" / "arithmetic" / "problems.jsonl").is_file()
@@ -162,8 +164,8 @@ def test_generation_stops_at_end_of_turn_when_eos_differs(tmp_path):
     tok = build_tokenizer()
     tok.eos_token = "<|endoftext|>"  # like Qwen2.5-Math base: eos is not the end-of-turn token
     assert tok.eos_token_id != tok.convert_tokens_to_ids(IM_END)
-    assert backends.end_of_turn_id(tok) == tok.convert_tokens_to_ids(IM_END)
-    assert backends.stop_token_ids(tok, [tok.eos_token_id, 7]) == [tok.eos_token_id, 7, tok.convert_tokens_to_ids(
+    assert tokens.end_of_turn_id(tok) == tok.convert_tokens_to_ids(IM_END)
+    assert tokens.stop_token_ids(tok, [tok.eos_token_id, 7]) == [tok.eos_token_id, 7, tok.convert_tokens_to_ids(
         IM_END)]
     model_dir = _model_that_ends_its_turn(tmp_path / "m", tok)
     out = tmp_path / "run"
@@ -175,8 +177,8 @@ def test_generation_stops_at_end_of_turn_when_eos_differs(tmp_path):
 def test_end_of_turn_of_a_tokenizer_without_template_is_none():
     tok = build_tokenizer()
     tok.chat_template = None
-    assert backends.end_of_turn_id(tok) is None
-    assert backends.stop_token_ids(tok, None) == [tok.eos_token_id]
+    assert tokens.end_of_turn_id(tok) is None
+    assert tokens.stop_token_ids(tok, None) == [tok.eos_token_id]
 
 
 def test_system_prompt_without_chat_template(tiny_model_dir, tmp_path):
@@ -191,8 +193,8 @@ def test_system_prompt_without_chat_template(tiny_model_dir, tmp_path):
         generate(args, PathArgs(str(tmp_path / "a")))
     assert not (tmp_path / "a" / "arithmetic").exists()  # refused before any weights loaded or file written
     args.use_chat_template = False  # documented: the system prompt is a plain-text prefix
-    problem = load_problems("arithmetic", args)[0]
-    ids = backends.prompt_ids(tok, problem, use_chat_template=False)
+    problem = load_problems("arithmetic", args)[0][0]
+    ids = tokens.prompt_ids(tok, problem, use_chat_template=False)
     assert tok.decode(ids) == "Be brief.\n\n" + problem["prompt"][-1]["content"]
     assert generate(args, PathArgs(str(tmp_path / "b")))["arithmetic"]["samples"] == 1
 
@@ -229,7 +231,7 @@ def test_bad_input_is_one_line_naming_the_flag(tiny_model_dir, tmp_path, capsys,
                                                              str(tmp_path / "nowhere"), "--backend", "reference"])
     for main, stage in ((score_mod.main, "score"), (report_mod.main, "report")):
         msg = _cli_error(capsys, main, ["--output_dir", "no_such_run"])
-        assert msg.startswith(f"eval.{stage}: error: --output_dir no_such_run") and "eval.generate" in msg
+        assert msg.startswith(f"eval.{stage}: error: --output_dir no_such_run") and "generate stage" in msg
     # a run with fewer samples than a requested k, from the stage commands
     gen_mod.main([*ref, "--output_dir", "r"])
     score_mod.main(["--output_dir", "r", "--reward_workers", "1"])
@@ -247,7 +249,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bars_show_on_a_terminal_only_and_can_be_disabled(tiny_model_dir, tmp_path, capfd):
-    from eval.cli import progress
+    from ordergrad_trl.evaluation.progress import progress
 
     term = _Terminal()
     bar = progress(4, "generate toy", "sample", file=term)

@@ -1,4 +1,4 @@
-"""eval/metrics.py against brute force: every metric by enumerating all k-subsets of a problem's samples.
+"""evaluation/metrics.py against brute force: every metric by enumerating all k-subsets of a problem's samples.
 
 The oracles below are written from the definitions (max, min, median, tail means, majority vote with fractional
 tie-breaking over explicit subsets), not from rank weights, and pass@k / pass^k also against the closed forms
@@ -19,10 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `eval` is a top-level folder
-
-from eval import metrics  # noqa: E402
-from eval.answers import extract_answer, normalize_answer  # noqa: E402
+from ordergrad_trl.evaluation import metrics
+from ordergrad_trl.evaluation.answers import extract_answer, normalize_answer
 
 NAN = math.nan
 

@@ -22,15 +22,16 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # `eval` is a top-level folder of the repo, not part of the installed package
 
 from test_eval_metrics import brute_maj, subsets_mean  # noqa: E402  (tests/ is on sys.path via conftest)
 
-from eval import records  # noqa: E402
-from eval.generate import GenerateArgs, PathArgs, generate, load_problems  # noqa: E402
-from eval.modeling import load_model_and_tokenizer, resolve_model  # noqa: E402
-from eval.report import ReportArgs, report  # noqa: E402
-from eval.score import ScoreArgs, score  # noqa: E402
+from ordergrad_trl.evaluation import records  # noqa: E402
+from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs  # noqa: E402
+from ordergrad_trl.evaluation.generate import generate  # noqa: E402
+from ordergrad_trl.evaluation.modeling import load_model_and_tokenizer, resolve_model  # noqa: E402
+from ordergrad_trl.evaluation.problems import load_problems  # noqa: E402
+from ordergrad_trl.evaluation.report import report  # noqa: E402
+from ordergrad_trl.evaluation.score import score  # noqa: E402
 
 SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO / ".." / "shared" / "data"))
 FAST = dict(bootstrap_samples=200, plot=False)
@@ -157,13 +158,16 @@ def test_report_argument_errors(tmp_path):
     ]:
         with pytest.raises(ValueError, match=match):
             report(ReportArgs(**bad, **FAST), paths)
-    with pytest.raises(FileNotFoundError, match="eval.generate"):
+    with pytest.raises(FileNotFoundError, match="generate stage"):
         report(ReportArgs(**FAST), PathArgs(str(tmp_path / "empty")))
 
 
 # ------------------------------------------------------------------------------------------ tiny model, end to end
 def test_end_to_end_cli_on_tiny_model(tiny_model_dir, tmp_path):
-    from eval.run import main
+    from ordergrad_trl.evaluation.cli import command
+
+    def main(argv):
+        return command(["run", *argv])
 
     out = tmp_path / "run"
     cfg = tmp_path / "eval.yaml"
@@ -182,8 +186,9 @@ def test_end_to_end_cli_on_tiny_model(tiny_model_dir, tmp_path):
     rep = result["report"]["datasets"]["arithmetic"]
     assert rep["metrics"]["pass@1"]["value"] == pytest.approx(sum(s["correct"] for s in scores) / 12)
     assert set(rep["ks"]) == {1, 4} and (out / "report.md").is_file()
-    settings = json.loads((out / "generation_config.json").read_text())
-    assert settings["model"] == str(tiny_model_dir) and settings["max_new_tokens"] == 6
+    settings = json.loads((out / "provenance.json").read_text())
+    assert settings["model"]["model"] == str(tiny_model_dir) and settings["sampling"]["max_new_tokens"] == 6
+    assert result["report"]["generation"]["model"] == str(tiny_model_dir)
 
     # rerun: nothing generated or scored twice
     again = main(argv)
@@ -199,7 +204,7 @@ def test_end_to_end_cli_on_tiny_model(tiny_model_dir, tmp_path):
     assert [g["completion"] for g in records.read_jsonl(fresh / "arithmetic" / "generations.jsonl")] == [
         g["completion"] for g in gens]
     # settings that change the distribution cannot be mixed into an existing run
-    with pytest.raises(ValueError, match="other settings"):
+    with pytest.raises(ValueError, match="other provenance: temperature 1.0 -> 0.5"):
         generate(tiny_args(tiny_model_dir, temperature=0.5), PathArgs(str(out)))
 
 
@@ -217,7 +222,7 @@ def test_resume_after_killed_generation(tiny_model_dir, tmp_path):
     common = ["--model", str(tiny_model_dir), "--datasets", "arithmetic", "--limit", "30", "--num_samples", "4",
               "--max_new_tokens", "24", "--batch_size", "2", "--output_dir", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, str(REPO / "eval" / "generate.py"), *common], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "eval.generate", *common], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     gen_file = out / "arithmetic" / "generations.jsonl"
     deadline = time.monotonic() + 120
@@ -258,7 +263,7 @@ def test_data_parallel_workers(tiny_model_dir, tmp_path):
 
 def test_vllm_backend_plumbing_with_a_stub(tiny_model_dir, tmp_path, monkeypatch):
     """The vLLM code path without vLLM: a stub records the requests and answers deterministically."""
-    from eval.generate import _sample_seed
+    from ordergrad_trl.evaluation.sampling import sample_seed as _sample_seed
 
     calls = {}
 
@@ -289,7 +294,7 @@ def test_vllm_backend_plumbing_with_a_stub(tiny_model_dir, tmp_path, monkeypatch
     tok_ids = load_model_and_tokenizer(resolve_model(str(tiny_model_dir)))[1].convert_tokens_to_ids
     assert all(tok_ids("<|im_end|>") in p.stop_token_ids for _, p in reqs)  # the chat template's end of turn
     tok = load_model_and_tokenizer(resolve_model(str(tiny_model_dir)))[1]
-    problem = load_problems("arithmetic", tiny_args(tiny_model_dir, limit=1))[0]
+    problem = load_problems("arithmetic", tiny_args(tiny_model_dir, limit=1))[0][0]
     text = tok.apply_chat_template(problem["prompt"], add_generation_prompt=True, tokenize=False)
     assert reqs[0][0]["prompt_token_ids"] == tok(text, add_special_tokens=False)["input_ids"]
     gens = records.read_jsonl(out / "arithmetic" / "generations.jsonl")
@@ -365,7 +370,7 @@ def test_lora_checkpoint_from_our_trainer_is_merged_and_evaluates(tiny_model_dir
     out = tmp_path / "ev"
     assert generate(tiny_args(ckpt, limit=2, num_samples=2, max_new_tokens=4), PathArgs(str(out)))["arithmetic"][
         "samples"] == 4
-    assert json.loads((out / "generation_config.json").read_text())["adapter"] == str(ckpt)
+    assert json.loads((out / "provenance.json").read_text())["model"]["adapter"] == str(ckpt)
 
 
 # ------------------------------------------------------------------------------------------ benchmarks' own answers
@@ -402,7 +407,7 @@ def test_every_benchmark_gold_parses_and_echo_scores_100_percent(shared_data, tm
     """All seven sets: the boxed gold, scored as a completion, is correct (and a shifted gold is not)."""
     args = GenerateArgs(datasets=ALL_SETS, local_data=True, data_dir=str(shared_data), limit=30)
     for name in ALL_SETS:
-        problems = load_problems(name, args)
+        problems = load_problems(name, args)[0]
         assert len(problems) == 30 and all(p["answer"] for p in problems)
         d = tmp_path / name
         d.mkdir()

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "ordergrad_trl"
-LAYERS = {"core": 0, "training": 1, "tasks": 1}  # training and tasks both build on core only (see ordergrad_trl/__init__)
+LAYERS = {"core": 0, "training": 1, "tasks": 1, "evaluation": 2}  # training, tasks build on core; evaluation on both
 ALLOWED_ACROSS = {("training", "tasks.rewards")}  # the trainer logs the math reward's failure counters
 MAX_LINES = 400
 OWN_SOURCES = ["ordergrad_trl", "eval", "recipes", "benchmarks", "docs"]

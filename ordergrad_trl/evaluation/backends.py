@@ -1,68 +1,26 @@
-"""Generation backends (batched `transformers` generate, vLLM) and what both need: prompts and stop tokens.
+"""Generation backends: batched `transformers` generate and vLLM.
 
-Stops: a chat model ends its answer with the template's end-of-turn token (`<|im_end|>`, `<|eot_id|>`,
-`<end_of_turn>`), which is not always the tokenizer's eos (Qwen2.5-Math base: eos `<|endoftext|>`, turns end
-with `<|im_end|>`). Both backends stop at every id of `stop_token_ids`: eos of the tokenizer and of the model's
-generation config, plus the end-of-turn token read off the chat template itself.
+Both sample from exactly temperature / top_p / top_k and stop at every id of `tokens.stop_token_ids`.
+
+A backend gets the run's tokenizer and a plain (already merged, if an adapter) `ModelSource`: loading them is the
+caller's job, once per run.
 """
 
 from __future__ import annotations
 
-import logging
+from .modeling import load_model
+from .tokens import stop_token_ids
 
-from eval.cli import UsageError
-from eval.modeling import load_model_and_tokenizer, load_tokenizer, materialize_for_vllm
-
-logger = logging.getLogger("eval.generate")
-
-__all__ = ["HFBackend", "VLLMBackend", "end_of_turn_id", "prompt_ids", "stop_token_ids"]
-
-_PROBE = "ORDERGRAD_PROBE_ANSWER"
-
-
-def end_of_turn_id(tok) -> int | None:
-    """The special token the chat template writes right after an assistant message (None without one)."""
-    if not getattr(tok, "chat_template", None):
-        return None
-    chat = [{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": _PROBE}]
-    try:
-        text = tok.apply_chat_template(chat, tokenize=False)
-    except Exception as err:  # templates may reject this conversation; eos then remains the only stop
-        logger.warning("could not render the chat template to find its end-of-turn token (%s)", err)
-        return None
-    after = text.split(_PROBE, 1)[1] if _PROBE in text else ""
-    ids = tok(after, add_special_tokens=False)["input_ids"] if after else []
-    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
-    return ids[0] if ids and ids[0] in special else None
-
-
-def stop_token_ids(tok, generation_eos=None) -> list[int]:
-    """Ids that end a completion: tokenizer eos, the model's generation-config eos (int or list), end of turn."""
-    extra = generation_eos if isinstance(generation_eos, (list, tuple)) else [generation_eos]
-    ids = [tok.eos_token_id, *extra, end_of_turn_id(tok)]
-    return list(dict.fromkeys(int(i) for i in ids if i is not None))
-
-
-def prompt_ids(tok, problem: dict, use_chat_template: bool) -> list[int]:
-    """Token ids of a problem's prompt: the chat template, or (`--use_chat_template false`) plain text in which
-    a system message is a prefix separated by a blank line."""
-    messages = problem["prompt"]
-    if use_chat_template:
-        if not getattr(tok, "chat_template", None):
-            raise UsageError("the tokenizer has no chat template; pass --use_chat_template false to send plain text "
-                         "(a --system_prompt then becomes a prefix of the user message)")
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return tok(text, add_special_tokens=False)["input_ids"]
-    return tok("\n\n".join(m["content"] for m in messages))["input_ids"]
+__all__ = ["HFBackend", "VLLMBackend"]
 
 
 class HFBackend:
     """Batched `transformers` generate; rows are chat-templated token ids, left-padded."""
 
-    def __init__(self, source, args):
+    def __init__(self, source, tok, args):
         from transformers import GenerationConfig
 
-        self.model, self.tok = load_model_and_tokenizer(source, args.dtype)
+        self.model, self.tok = load_model(source, args.dtype), tok
         self.stop = stop_token_ids(self.tok, self.model.generation_config.eos_token_id)
         sampling = args.temperature > 0
         # A fresh config: model-specific defaults (top_k=50, repetition penalty, ...) must not leak into the
@@ -104,14 +62,15 @@ class HFBackend:
 class VLLMBackend:
     """vLLM offline inference; every request carries its own seed, so samples do not depend on batching."""
 
-    def __init__(self, source, args, output_dir):
+    def __init__(self, source, tok, args):
         from vllm import LLM
 
-        path = materialize_for_vllm(source, output_dir)
-        self.tok = load_tokenizer(source)
+        if source.adapter is not None:
+            raise ValueError("VLLMBackend needs a plain checkpoint: merge the adapter first (materialize_merged)")
+        self.tok = tok
         self.llm = LLM(
-            model=path,
-            tokenizer=source.tokenizer if source.adapter is None else path,
+            model=source.base,
+            tokenizer=source.tokenizer,
             dtype="auto" if args.dtype == "auto" else args.dtype,
             seed=args.seed,
             tensor_parallel_size=args.tensor_parallel_size,

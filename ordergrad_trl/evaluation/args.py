@@ -1,0 +1,212 @@
+"""The arguments of the four stages (`ordergrad-eval run|generate|score|report`) and their value checks.
+
+Each dataclass is a TrlParser group: every field is a command-line flag and a key of a `--config` YAML file, and a
+keyword of `ordergrad_trl.evaluation.evaluate`. `check_types` holds values that did not come through argparse (YAML,
+Python) to the annotated types, so `datasets: arithmetic` (a string where a list belongs) or a NaN is refused rather
+than coerced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+__all__ = ["BACKENDS", "GenerateArgs", "PathArgs", "ReportArgs", "ScoreArgs", "check_types", "check_value",
+           "validate_generate", "validate_score"]
+
+BACKENDS = ("auto", "hf", "vllm", "reference")
+
+
+@dataclass
+class PathArgs:
+    """Arguments every stage takes."""
+
+    output_dir: str = field(
+        default="eval_out",
+        metadata={"help": "Directory of the run (generations, scores, report); relative to the current directory."},
+    )
+    disable_tqdm: bool = field(
+        default=False, metadata={"help": "No progress bars (they are also off when stderr is not a terminal)."}
+    )
+
+
+@dataclass
+class GenerateArgs:
+    model: str | None = field(
+        default=None,
+        metadata={"help": "Hub id, local checkpoint directory, or PEFT adapter directory (adapter_config.json: the "
+                          "base is loaded and the adapter merged). Default: SmolLM2-135M-Instruct (offline copy "
+                          "when the Hub is unreachable)."},
+    )
+    datasets: list[str] = field(
+        default_factory=lambda: ["math500"],
+        metadata={"help": "Benchmarks: math500, gsm8k, aime24, aime25, amc23, minerva, olympiadbench, arithmetic "
+                          "(built in), or paths to .jsonl/.json/.parquet files."},
+    )
+    split: str = field(default="test", metadata={"help": "Split to evaluate."})
+    local_data: bool = field(
+        default=False,
+        metadata={"help": "Read registered benchmarks from the local files ($ORDERGRAD_SHARED_DATA or "
+                          "../shared/data) instead of the Hub."},
+    )
+    data_dir: str | None = field(default=None, metadata={"help": "Directory of the local benchmark files."})
+    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first `limit` problems of each set."})
+    num_samples: int = field(default=8, metadata={"help": "Samples n per problem."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy). Default 1.0 is "
+                                                              "TRL's training temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold (1.0 = off)."})
+    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0 = off)."})
+    max_new_tokens: int = field(default=1024, metadata={"help": "Maximum completion length in tokens."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "Optional system message (with --use_chat_template false: a plain-text "
+                                        "prefix, a blank line before the user message)."}
+    )
+    user_template: str | None = field(
+        default=None, metadata={"help": "User message with a {question} placeholder (default: the training one)."}
+    )
+    use_chat_template: bool = field(
+        default=True, metadata={"help": "Format prompts with the tokenizer's chat template (an error if it has "
+                                        "none); false: plain text, the system prompt (if any) then the user message."}
+    )
+    backend: str = field(default="auto", metadata={"help": "auto (vllm if installed with a GPU, else hf), hf, "
+                                                           "vllm, or reference (no model: each problem's reference "
+                                                           "solution, else its gold answer in \\boxed{})."})
+    batch_size: int = field(default=32, metadata={"help": "hf backend: sequences per generate call."})
+    dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on GPU, float32 on CPU), float32, "
+                                                         "bfloat16, float16."})
+    data_parallel_size: int | None = field(
+        default=None, metadata={"help": "Worker processes, each on its own tensor_parallel_size visible GPUs "
+                                        "(default: visible GPUs / tensor_parallel_size, at least 1)."}
+    )
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per worker."})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vllm: fraction of GPU memory to use."})
+    max_model_len: int | None = field(default=None, metadata={"help": "vllm: context length (default: model's)."})
+    vllm_chunk: int = field(default=2048, metadata={"help": "vllm: requests per call (results are saved per call)."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "If --output_dir holds a run whose provenance differs (other model, data, "
+                                         "prompt or sampling settings), move it aside to <output_dir>.replaced-<time> "
+                                         "and start afresh, instead of refusing."}
+    )
+
+
+@dataclass
+class ScoreArgs:
+    reward_timeout_s: float = field(
+        default=10.0, metadata={"help": "Hard wall-clock bound per scored sample, and per gold parse (a slower "
+                                "sample scores 0, a slower gold leaves the problem unscorable), as in training."}
+    )
+    reward_workers: int | None = field(
+        default=None, metadata={"help": "math-verify worker processes (default: as in training, min(4, cpus))."}
+    )
+    score_chunk: int = field(default=512, metadata={"help": "Samples scored per call; scores are saved per chunk."})
+
+
+
+@dataclass
+class ReportArgs:
+    ks: list[int] | None = field(
+        default=None, metadata={"help": "k values for the @k metrics, each in [1, n] (default: the powers of two "
+                                        "up to n: 1, 2, 4, ...)."}
+    )
+    reward_weights: str = field(
+        default="correct=1",
+        metadata={"help": "Reward for best@k / worst@k / CVaR / objectives: weighted sum of score fields, e.g. "
+                          "'correct=1,format=0.2' (fields: correct, format)."},
+    )
+    cvar_q: float = field(default=0.25, metadata={"help": "q of cvar<q>@k: mean of the ceil(q k) worst of k."})
+    objectives: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'."},
+    )
+    bootstrap_samples: int = field(default=1000, metadata={"help": "Bootstrap replicates for the CIs."})
+    bootstrap_seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resampling."})
+    ci_level: float = field(default=0.95, metadata={"help": "Confidence level of the intervals."})
+    breakdown: list[str] = field(
+        default_factory=lambda: ["subject", "level"],
+        metadata={"help": "Problem metadata fields to break results down by (where present)."},
+    )
+    plot: bool = field(default=True, metadata={"help": "Write passk.png (needs matplotlib; skipped otherwise)."})
+
+
+def _fits(value, annotation) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in typing.get_args(annotation))
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, annotation)
+
+
+def _spelled(annotation) -> str:
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    return text or str(annotation).replace("typing.", "").replace("NoneType", "None")
+
+
+def check_value(cls, name: str, value, where: str = "") -> None:
+    """UsageError naming `--name` unless `value` has the type field `name` of dataclass `cls` is annotated with."""
+    annotation = typing.get_type_hints(cls)[name]
+    if not _fits(value, annotation):
+        hint = " (a YAML list: [a, b])" if "list" in str(annotation) else ""
+        raise UsageError(f"{where}--{name} must be {_spelled(annotation)}{hint}, got {type(value).__name__} "
+                         f"{value!r}")
+
+
+def check_types(args, where: str = "") -> None:
+    """UsageError naming the field unless every value has its annotated type (floats finite, lists lists)."""
+    for f in dataclasses.fields(args):
+        check_value(type(args), f.name, getattr(args, f.name), where)
+
+
+def validate_generate(args: GenerateArgs) -> None:
+    """Flag-level checks of the generate stage, before any data or weights load."""
+    check_types(args)
+    if args.backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
+    checks = [
+        ("num_samples", args.num_samples >= 1, ">= 1"),
+        ("max_new_tokens", args.max_new_tokens >= 1, ">= 1"),
+        ("batch_size", args.batch_size >= 1, ">= 1"),
+        ("temperature", args.temperature >= 0, ">= 0"),
+        ("top_p", 0 < args.top_p <= 1, "in (0, 1]"),
+        ("top_k", args.top_k >= 0, ">= 0"),
+        ("limit", args.limit is None or args.limit >= 1, ">= 1"),
+        ("tensor_parallel_size", args.tensor_parallel_size >= 1, ">= 1"),
+        ("data_parallel_size", args.data_parallel_size is None or args.data_parallel_size >= 1, ">= 1"),
+        ("gpu_memory_utilization", 0 < args.gpu_memory_utilization <= 1, "in (0, 1]"),
+        ("vllm_chunk", args.vllm_chunk >= 1, ">= 1"),
+    ]
+    for name, ok, rule in checks:
+        if not ok:
+            raise UsageError(f"--{name} must be {rule}, got {getattr(args, name)!r}")
+    if args.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise UsageError(f"--dtype must be one of auto, float32, bfloat16, float16, got {args.dtype!r}")
+    if not args.datasets:
+        raise UsageError("--datasets must name at least one benchmark")
+    if not args.split:
+        raise UsageError("--split must not be empty")
+    if args.user_template is not None and "{question}" not in args.user_template:
+        raise UsageError(f"--user_template must contain '{{question}}', got {args.user_template!r}")
+
+
+def validate_score(args: ScoreArgs) -> None:
+    check_types(args)
+    for name, ok, rule in [("reward_timeout_s", args.reward_timeout_s > 0, "> 0"),
+                           ("reward_workers", args.reward_workers is None or args.reward_workers >= 1, ">= 1"),
+                           ("score_chunk", args.score_chunk >= 1, ">= 1")]:
+        if not ok:
+            raise UsageError(f"--{name} must be {rule}, got {getattr(args, name)!r}")

@@ -1,0 +1,164 @@
+"""Which weights to evaluate, their fingerprint, and loading them: the tokenizer once, an adapter merged once.
+
+`--model` is a Hub id, a local checkpoint such as a trainer's `checkpoint-N`, or a PEFT adapter directory.
+An adapter directory is recognised by its `adapter_config.json`: the base named there (`base_model_name_or_path`)
+is loaded and the adapter merged into it (`merge_and_unload`), so generation runs at the base model's speed. vLLM
+and data-parallel workers need a plain checkpoint, so for them the merged model is written once to
+`<output_dir>/merged_model`.
+
+The fingerprint of a local directory is a SHA-256 over the files that define the model (weights, configs,
+tokenizer and chat template; not optimizer or trainer state). Hashing a multi-GB checkpoint takes seconds, so a
+file whose size and modification time match the run's earlier record reuses its recorded hash. A Hub id is
+recorded by name only: pass a local snapshot to pin the exact weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import MissingPathError, UsageError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ModelSource", "fingerprint", "load_model", "load_model_and_tokenizer", "load_tokenizer",
+           "materialize_merged", "resolve_model"]
+
+_MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".jinja", ".txt", ".model", ".gguf", ".tiktoken")
+_NOT_MODEL = ("trainer_state.json", "training_args.bin")  # training bookkeeping saved beside the weights
+MERGED_DIR = "merged_model"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    model: str  # what the user asked for (Hub id or path)
+    base: str  # weights to load: the model itself, or the adapter's base
+    adapter: str | None  # PEFT adapter directory, if any
+    tokenizer: str  # where the tokenizer (and its chat template) comes from
+
+    def describe(self) -> dict:
+        return {"model": self.model, "base": self.base, "adapter": self.adapter}
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return (path / "tokenizer_config.json").is_file()
+
+
+def resolve_model(model: str | None) -> ModelSource:
+    """ModelSource for `model`; None means the project's default (SmolLM2-135M-Instruct, offline if needed)."""
+    if model is None or model == "":
+        from ordergrad_trl.tasks.models import resolve_default_model
+
+        model = resolve_default_model()
+    path = Path(model).expanduser()
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        try:
+            config = json.loads((path / "adapter_config.json").read_bytes())
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise UsageError(f"--model {model}: {path}/adapter_config.json is not valid JSON ({err})") from None
+        base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+        if not base:
+            raise UsageError(f"--model {model}: {path}/adapter_config.json has no base_model_name_or_path; cannot "
+                             "load the base model")
+        # the trainer saves the tokenizer beside the adapter; it may carry a chat template the base lacks
+        return ModelSource(str(model), str(base), str(path), str(path) if _has_tokenizer(path) else str(base))
+    if not path.exists() and (str(model).startswith((".", "/", "~")) or os.sep * 2 in str(model)):
+        raise MissingPathError(f"--model {model}: path not found (relative to {Path.cwd()})")
+    return ModelSource(str(model), str(model), None, str(model))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _dir_files(directory: Path, cache: dict) -> dict[str, dict]:
+    """{file name: {size, mtime_ns, sha256}} of the files that define a model directory."""
+    out = {}
+    for p in sorted(directory.iterdir()):
+        if not p.is_file() or p.name in _NOT_MODEL or not p.name.endswith(_MODEL_SUFFIXES):
+            continue
+        stat = p.stat()
+        old = cache.get(p.name) or {}
+        same = old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns
+        out[p.name] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                       "sha256": old["sha256"] if same and "sha256" in old else _sha256(p)}
+    return out
+
+
+def fingerprint(source: ModelSource, previous: dict | None = None) -> dict:
+    """{"base": ..., "adapter": ...}: for each local directory its files and one `sha256` over their names and
+    contents; None for a Hub id. `previous` (an earlier fingerprint) lends hashes of unchanged files."""
+    previous = previous or {}
+    out = {}
+    for role, where in (("base", source.base), ("adapter", source.adapter)):
+        path = Path(where).expanduser() if where else None
+        if path is None or not path.is_dir():
+            out[role] = None
+            continue
+        files = _dir_files(path, ((previous.get(role) or {}).get("files")) or {})
+        total = hashlib.sha256("".join(f"{name}\0{f['sha256']}\n" for name, f in files.items()).encode())
+        out[role] = {"sha256": total.hexdigest(), "files": files}
+    return out
+
+
+def load_tokenizer(source: ModelSource):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(source.tokenizer)
+    tok.padding_side = "left"  # batched generation continues from the right end of every prompt
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(source: ModelSource, dtype: str = "auto", device: str | None = None):
+    """The model in eval mode on `device`; an adapter is merged into its base."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    else:
+        torch_dtype = getattr(torch, dtype, None)
+        if not isinstance(torch_dtype, torch.dtype):
+            raise UsageError(f"--dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(source.base, dtype=torch_dtype)
+    if source.adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, source.adapter).merge_and_unload()
+    return model.to(device).eval()
+
+
+def load_model_and_tokenizer(source: ModelSource, dtype: str = "auto", device: str | None = None):
+    """(model, tokenizer): `load_model` and `load_tokenizer` in one call."""
+    return load_model(source, dtype, device), load_tokenizer(source)
+
+
+def materialize_merged(source: ModelSource, output_dir: str | os.PathLike, tok, dtype: str,
+                       fp: dict | None = None) -> ModelSource:
+    """A plain checkpoint of `source` for other processes: the source itself, or (an adapter) its merge in `dtype`,
+    saved once with `tok` to `<output_dir>/merged_model` and reused while adapter and base (`fp`, their
+    `fingerprint`) are unchanged."""
+    if source.adapter is None:
+        return source
+    dest = Path(output_dir) / MERGED_DIR
+    marker = dest / "ordergrad_merged_from.json"
+    stamp = {**source.describe(), "dtype": dtype, "fingerprint": {
+        k: v and v["sha256"] for k, v in (fp or fingerprint(source)).items()}}
+    if not (marker.is_file() and json.loads(marker.read_bytes()) == stamp):
+        model = load_model(source, dtype=dtype, device="cpu")
+        model.save_pretrained(dest)
+        tok.save_pretrained(dest)
+        marker.write_text(json.dumps(stamp))
+        logger.info("merged adapter %s into %s -> %s", source.adapter, source.base, dest)
+    return ModelSource(str(dest), str(dest), None, str(dest))

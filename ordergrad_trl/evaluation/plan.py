@@ -1,0 +1,119 @@
+"""Planning a generation run: arguments, data, model and provenance checked, then what is still to generate.
+
+Order matters: everything that can fail on bad input fails here, before weights load or a sample is drawn, and
+in this order: flags, dataset names, GPUs, the model path, the data files and their problems, the prompts
+(rendered once with the run's one tokenizer), the provenance of an existing run. Only then is anything written:
+`provenance.json` first, then each dataset's `problems.jsonl` (earlier problems kept, new ones appended).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import records
+from .args import GenerateArgs, PathArgs, validate_generate
+from .devices import resolve_backend, visible_devices, worker_devices
+from .modeling import ModelSource, fingerprint, load_tokenizer, resolve_model
+from .problems import check_keys, load_problems, problems_sha256
+from .provenance import PROVENANCE, check_or_replace, dataset_entry, read_provenance, run_entry
+from .sampling import Work
+from .tokens import prompt_ids
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Plan", "plan_generation"]
+
+
+@dataclass
+class Plan:
+    args: GenerateArgs  # `model` resolved (workers must not resolve the default again)
+    out: Path
+    backend: str
+    groups: list[str | None]  # CUDA_VISIBLE_DEVICES per data-parallel rank
+    source: ModelSource | None  # None: the reference backend
+    tok: object
+    fingerprint: dict | None
+    work: dict[str, Work]
+
+    @property
+    def total(self) -> int:
+        return sum(len(w.units) for w in self.work.values())
+
+
+def _earlier_fingerprint(out: Path, source: ModelSource) -> dict | None:
+    """The run's recorded fingerprint of the same model directories, whose unchanged files need no rehash."""
+    old = read_provenance(out) if out.is_dir() else None
+    model = (old or {}).get("model") or {}
+    same = (model.get("base"), model.get("adapter")) == (source.base, source.adapter)
+    return model.get("fingerprint") if same else None
+
+
+def _merge_problems(path: Path, rows: list[dict]) -> list[dict]:
+    """problems.jsonl = earlier problems (kept, so a smaller --limit never orphans samples) + new ones."""
+    old = records.read_jsonl(path)
+    seen = {r["id"] for r in old}
+    fresh = [{k: v for k, v in r.items() if k != "solution"} for r in rows if r["id"] not in seen]
+    if fresh or not path.is_file():
+        records.write_jsonl_atomic(path, old + fresh)
+    return old + fresh
+
+
+def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int]]:
+    for file in key_dir.glob(records.GEN_GLOB):  # a cut last line is repaired before anything is counted
+        records.repair_tail(file)
+    done = records.read_samples(key_dir)
+    return [(i, s) for i, p in enumerate(problems) for s in range(n) if (p["id"], s) not in done]
+
+
+def _limit(old: int | None, new: int | None) -> int | None:
+    return None if old is None or new is None else max(old, new)
+
+
+def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
+    # 1. everything that can be checked without data or weights
+    validate_generate(args)
+    backend = resolve_backend(args.backend)
+    keys = check_keys(args.datasets)
+    groups: list[str | None] = [None]
+    if backend != "reference":
+        devices = visible_devices()
+        dp = args.data_parallel_size or max(1, len(devices) // args.tensor_parallel_size)
+        groups = worker_devices(dp, args.tensor_parallel_size, devices)
+    out = records.run_dir(paths.output_dir)
+    source = resolve_model(args.model) if backend != "reference" else None
+    if source is not None:
+        args = dataclasses.replace(args, model=source.model)
+    if args.temperature == 0 and args.num_samples > 1:
+        logger.warning("temperature=0 (greedy) with num_samples=%d: all samples of a problem will be equal",
+                       args.num_samples)
+    # 2. problems, and the prompts rendered with the run's tokenizer: template errors before any weights load
+    loaded = {key: load_problems(name, args, keep_solution=backend == "reference") for key, name in keys.items()}
+    tok = load_tokenizer(source) if source is not None else None
+    prompts = {key: [prompt_ids(tok, p, args.use_chat_template) for p in subset] if tok is not None else None
+               for key, (subset, _) in loaded.items()}
+    # 3. provenance: a run with other model, prompt, sampling or data is refused (or, --overwrite, moved aside)
+    fp = fingerprint(source, _earlier_fingerprint(out, source)) if source is not None else None
+    entries = {key: (dataset_entry(keys[key], args, subset), full) for key, (subset, full) in loaded.items()}
+    provenance = check_or_replace(out, run_entry(args, source, fp, tok), entries, args.overwrite)
+    # 4. write: provenance first (a kill from here on leaves a run that knows what it is), then the problems
+    out.mkdir(parents=True, exist_ok=True)
+    run_problems = {}
+    for key, (subset, _) in loaded.items():
+        (out / key).mkdir(exist_ok=True)
+        run_problems[key] = _merge_problems(out / key / "problems.jsonl", subset)
+        entry = entries[key][0]
+        old = provenance["datasets"].get(key)
+        provenance["datasets"][key] = dict(
+            entry, limit=_limit(old["limit"], entry["limit"]) if old else entry["limit"],
+            num_problems=len(run_problems[key]), problems_sha256=problems_sha256(run_problems[key]))
+    records.write_json_atomic(out / PROVENANCE, provenance)
+    # 5. what is still to generate (of this command's problems)
+    work = {}
+    for key, (subset, _) in loaded.items():
+        work[key] = Work(ids=[p["id"] for p in subset], prompts=prompts[key] or [None] * len(subset),
+                         units=_pending(out / key, subset, args.num_samples),
+                         solutions=[p.get("solution") for p in subset] if backend == "reference" else None)
+    return Plan(args, out, backend, groups, source, tok, fp, work)

@@ -1,0 +1,160 @@
+"""The problems of a run: each `--datasets` entry checked, named safely, loaded, and hashed for provenance.
+
+A benchmark's directory inside `--output_dir` is its registry name, or a data file's stem. A stem that is empty,
+hidden (`.`, `..`, `.x`), holds a path separator or names the merged model's folder is refused (rename the file),
+as are two entries that would share a directory, so nothing is written outside `--output_dir` and no two sets mix.
+
+A `.jsonl` / `.json` file is read as bytes and checked before the datasets loader sees it: a line that is not
+UTF-8 or not a JSON object, an empty file, or an `answer` that is a list, mapping or boolean is a UsageError
+naming the file and line (the loader would crash, or score the gold's repr).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .args import GenerateArgs
+from .errors import MissingPathError, UsageError
+from .modeling import MERGED_DIR
+
+__all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_sha256"]
+
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def _file_of(name: str) -> Path | None:
+    path = Path(name).expanduser()
+    if path.suffix in DATA_SUFFIXES:
+        if not path.is_file():
+            raise MissingPathError(f"--datasets {name}: file not found (relative to {Path.cwd()})")
+        return path
+    return path if path.is_file() else None
+
+
+def dataset_key(name: str) -> str:
+    """Directory name of a benchmark inside the run: its registry name, or the file stem for a path."""
+    from ordergrad_trl.tasks.data import get_math_set
+
+    path = _file_of(name)
+    if path is None:
+        try:
+            return get_math_set(name).name
+        except ValueError as err:
+            raise UsageError(f"--datasets {name}: {err}") from None
+    key = path.stem
+    if not key or key.startswith(".") or "/" in key or "\\" in key or "\0" in key or key == MERGED_DIR:
+        raise UsageError(f"--datasets {name}: the file name gives the folder name {key!r}, which is not a safe "
+                         f"name inside --output_dir (empty, hidden, a path separator or {MERGED_DIR!r}); rename "
+                         "the file")
+    return key
+
+
+def check_keys(names: list[str]) -> dict[str, str]:
+    """{folder: --datasets entry}; two entries that would share a folder are refused."""
+    keys: dict[str, str] = {}
+    for name in names:
+        key = dataset_key(name)
+        if key in keys:
+            raise UsageError(f"--datasets {keys[key]} and {name} would both be stored as {key!r} in --output_dir; "
+                             "evaluate them into separate --output_dir, or rename one file")
+        keys[key] = name
+    return keys
+
+
+def _rows_of_lines(data: bytes, where: str) -> list:
+    rows = []
+    for i, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UsageError(f"{where}:{i}: not UTF-8 (byte {line[err.start]:#04x} at column {err.start + 1}); "
+                             "save the file as UTF-8") from None
+        try:
+            rows.append((i, json.loads(text)))
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{where}:{i}: not valid JSON ({err.msg} at column {err.colno})") from None
+    return rows
+
+
+def check_data_file(name: str, path: Path) -> None:
+    """UsageError naming `--datasets <name>`, the line and the fault, unless every row is a JSON object whose
+    `answer` (if any) is a string or a number."""
+    if path.suffix not in (".jsonl", ".json"):
+        return  # parquet: typed columns, read by the loader (its errors are wrapped in load_problems)
+    where = f"--datasets {name}"  # the path as given, so `<where>:<line>` reads as file and line
+    data = path.read_bytes()
+    rows = None
+    if path.suffix == ".json":  # one JSON document (a list of rows), else JSON lines
+        try:
+            doc = json.loads(data.decode("utf-8"))
+            rows = [(1, r) for r in doc] if isinstance(doc, list) else [(1, doc)]
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            rows = None
+    if rows is None:
+        rows = _rows_of_lines(data, where)
+    if not rows:
+        raise UsageError(f"{where}: no problems (the file is empty)")
+    for line, row in rows:
+        if not isinstance(row, dict):
+            raise UsageError(f"{where}:{line}: a row must be a JSON object, got {type(row).__name__}")
+        gold = row.get("answer")
+        if isinstance(gold, (list, dict, bool)):
+            raise UsageError(f"{where}:{line}: 'answer' is a {type(gold).__name__} ({json.dumps(gold)[:60]}); a gold "
+                             "answer must be a string or a number")
+
+
+def problems_sha256(problems: list[dict]) -> str:
+    """Hash of the problems' ids, question texts and golds, in order: what a run's numbers are numbers of."""
+    canon = [[p["id"], p.get("question"), p["answer"]] for p in problems]
+    return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) -> tuple[list[dict], list[dict]]:
+    """(the first `--limit` problems, all problems of the set), as plain dicts: prompt messages, gold answer,
+    question, id, metadata.
+
+    `keep_solution`: add `solution`, the set's worked reference solution or, for sets without one (AIME, AMC,
+    OlympiadBench, custom files), the gold answer in `\\boxed{}`: what `--backend reference` writes.
+    """
+    from ordergrad_trl.tasks.data import REFERENCE_SOLUTION_SETS, load_math_dataset
+
+    key = dataset_key(name)
+    path = _file_of(name)
+    if path is not None:
+        check_data_file(name, path)
+    worked = keep_solution and key in REFERENCE_SOLUTION_SETS
+    where = f"--datasets {name} (--split {args.split})"
+    try:
+        ds = load_math_dataset(
+            name,
+            args.split,
+            local=args.local_data or None,
+            data_dir=args.data_dir,
+            system_prompt=args.system_prompt,
+            user_template=args.user_template,  # None: the set's default
+            keep_solution=worked,
+        )
+    except FileNotFoundError as err:  # a local benchmark file: say which flags point there
+        raise MissingPathError(f"--datasets {name} with --local_data / --data_dir: {err}") from None
+    except (ValueError, ConnectionError) as err:  # a bad split, a row without question or gold, the Hub is down
+        raise UsageError(f"{where}: {' '.join(str(err).split())}") from None
+    except Exception as err:
+        if path is None:
+            raise
+        raise UsageError(f"{where}: could not read {path} ({type(err).__name__}: {' '.join(str(err).split())})") \
+            from None
+    rows = ds.to_list()
+    if not rows:
+        raise UsageError(f"{where}: no problems")
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise UsageError(f"{where}: duplicate problem id {dup!r}; results are keyed by id")
+    if keep_solution and not worked:
+        for r in rows:
+            r["solution"] = f"The final answer is $\\boxed{{{r['answer']}}}$."
+    return rows[: args.limit] if args.limit is not None else rows, rows

@@ -1,0 +1,135 @@
+"""Provenance of a run directory: what defines its numbers, recorded before the first sample and checked on resume.
+
+`<output_dir>/provenance.json` holds the model (what was asked for, base and adapter, and a fingerprint of each
+local directory), the prompt (system prompt, user template, chat template on or off and a hash of the template
+text), the sampling settings (temperature, top_p, top_k, max_new_tokens) and, per dataset, its source, split,
+limit and a hash of its problems (ids, question texts and golds). A rerun with any of these changed is refused
+with one line naming the change, because its samples would be mixed with (or scored against) the old ones; a
+dataset's problems already in the run must be in the new data unchanged. `--overwrite` instead moves the old run
+aside, to `<output_dir>.replaced-<UTC time>` beside it, and starts afresh. What does not change the numbers may
+change: more samples (`--num_samples`), a larger `--limit`, more datasets, the seed, the backend, batch sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from . import records
+from .errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PROVENANCE", "check_or_replace", "dataset_entry", "read_provenance", "run_entry"]
+
+PROVENANCE = "provenance.json"
+_LEGACY = "generation_config.json"  # written by earlier versions: sampling settings only
+SAMPLING = ("temperature", "top_p", "top_k", "max_new_tokens")
+PROMPT = ("system_prompt", "user_template", "use_chat_template")
+
+
+def run_entry(args, source, fp: dict | None, tok) -> dict:
+    """The run-level part of the provenance (the model is 'reference' for the reference backend)."""
+    if source is None:
+        model = {"model": "reference", "base": None, "adapter": None, "fingerprint": None}
+    else:
+        model = {**source.describe(), "fingerprint": fp}
+    template = getattr(tok, "chat_template", None) if tok is not None else None
+    if isinstance(template, dict):  # several named templates
+        template = json.dumps(template, sort_keys=True)
+    prompt = {k: getattr(args, k) for k in PROMPT}
+    prompt["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest() if template else None
+    return {"schema": 1, "model": model, "prompt": prompt, "sampling": {k: getattr(args, k) for k in SAMPLING},
+            "datasets": {}}
+
+
+def dataset_entry(name: str, args, problems: list[dict]) -> dict:
+    from .problems import _file_of, problems_sha256
+
+    path = _file_of(name)
+    source = str(path.resolve()) if path is not None else name
+    return {"source": source, "split": args.split, "limit": args.limit, "local_data": args.local_data,
+            "num_problems": len(problems), "problems_sha256": problems_sha256(problems)}
+
+
+def read_provenance(out: Path) -> dict | None:
+    path = out / PROVENANCE
+    return json.loads(path.read_bytes()) if path.is_file() else None
+
+
+def _model_id(model: dict) -> tuple:
+    """A local directory is its content (a moved checkpoint is the same model), a Hub id its name."""
+    fp = model.get("fingerprint") or {}
+    return tuple((fp.get(k) or {}).get("sha256") or model.get(k) for k in ("base", "adapter"))
+
+
+def _run_changes(old: dict, new: dict) -> list[str]:
+    changes = []
+    if _model_id(old["model"]) != _model_id(new["model"]):
+        o, n = old["model"], new["model"]
+        local = all((m.get("fingerprint") or {}).get("base") for m in (o, n))  # directories: their files differ
+        changes.append(f"model {o.get('model')} -> {n.get('model')}" + (" (weights or config differ)" if local
+                                                                        else ""))
+    for part in ("prompt", "sampling"):
+        for k in new[part]:
+            if old[part].get(k) != new[part][k]:
+                changes.append(f"{k} {old[part].get(k)!r} -> {new[part][k]!r}")
+    return changes
+
+
+def _dataset_changes(key: str, old: dict, new: dict, run_problems: list[dict], fresh: list[dict]) -> list[str]:
+    if old.get("split") != new["split"]:
+        return [f"{key}: split {old.get('split')!r} -> {new['split']!r}"]
+    by_id = {p["id"]: p for p in fresh}
+    for p in run_problems:
+        q = by_id.get(p["id"])
+        if q is None:
+            return [f"{key}: problem {p['id']!r} is not in {new['source']} (was {old.get('source')})"]
+        for fld in ("question", "answer"):
+            if q.get(fld) != p.get(fld):
+                what = "gold" if fld == "answer" else "question"
+                return [f"{key}: the {what} of problem {p['id']!r} changed ({json.dumps(p.get(fld))[:40]} -> "
+                        f"{json.dumps(q.get(fld))[:40]}, source {new['source']})"]
+    return []
+
+
+def _move_aside(out: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = out.with_name(f"{out.name}.replaced-{stamp}")
+    i = 1
+    while dest.exists():
+        dest, i = out.with_name(f"{out.name}.replaced-{stamp}-{i}"), i + 1
+    os.rename(out, dest)
+    return dest
+
+
+def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> dict:
+    """The provenance to write for this run: the old one plus this run's new datasets, or `new` for a fresh run.
+
+    `datasets` is {key: (entry, fresh problems of the whole set)}. A run with other provenance is refused, or with
+    `overwrite` moved aside (nothing is deleted).
+    """
+    old = read_provenance(out) if out.is_dir() else None
+    legacy = old is None and out.is_dir() and ((out / _LEGACY).is_file() or bool(records.dataset_dirs(out)))
+    changes = ["it was written without provenance (by an earlier version)"] if legacy else []
+    if old is not None:
+        if old.get("schema") != 1:
+            changes.append(f"provenance schema {old.get('schema')!r} is not 1")
+        else:
+            changes += _run_changes(old, new)
+            for key, (entry, fresh) in datasets.items():
+                if key in old["datasets"]:
+                    run_problems = records.read_jsonl(out / key / "problems.jsonl")
+                    changes += _dataset_changes(key, old["datasets"][key], entry, run_problems, fresh)
+    if changes:
+        if not overwrite:
+            raise UsageError(f"--output_dir {out} holds a run with other provenance: {'; '.join(changes)}; use a "
+                             "new --output_dir, or pass --overwrite to move that run aside and start afresh")
+        dest = _move_aside(out)
+        logger.warning("--overwrite: moved the earlier run (%s) to %s", "; ".join(changes), dest)
+        old = None
+    return dict(new, datasets=dict(old["datasets"]) if old else {})

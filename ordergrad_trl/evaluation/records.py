@@ -1,0 +1,180 @@
+"""On-disk layout of an evaluation run and crash-safe JSONL records, read and repaired as bytes.
+
+    <output_dir>/
+        provenance.json               what defines the numbers: model, datasets, prompt, sampling (checked on resume)
+        <dataset>/problems.jsonl      one row per problem: id, answer (gold), prompt (messages), metadata
+        <dataset>/generations*.jsonl  one row per sample: id, sample, completion, num_tokens, finish_reason
+                                      (one file per data-parallel rank: generations.rank<r>.jsonl)
+        <dataset>/scores.jsonl        one row per sample: id, sample, correct, status, format, pred, crc
+        report.json / report.md / passk.png
+
+Each row is one `write` to a file opened for appending, and every batch is fsynced, so a kill loses at most the
+rows in flight and can cut only the last line, at any byte (inside a UTF-8 character too). Files are read as
+bytes and decoded line by line: a cut last line is ignored by readers and removed by `repair_tail` before the
+next append; a complete last row that only lacks its newline (a hand-edited file) is kept. A bad line anywhere
+else is a corrupt file, reported with its path and line number. Rows are keyed by (id, sample); the first row
+of a key wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from .errors import MissingPathError, UsageError
+
+__all__ = [
+    "GEN_GLOB",
+    "append_jsonl",
+    "completion_crc",
+    "dataset_dirs",
+    "read_jsonl",
+    "read_samples",
+    "repair_tail",
+    "require_run",
+    "run_dir",
+    "write_json_atomic",
+    "write_jsonl_atomic",
+]
+
+GEN_GLOB = "generations*.jsonl"
+
+
+def _row(line: bytes) -> dict | None:
+    """The row a complete line holds, else None (cut short, not UTF-8, not a JSON object)."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Rows of a JSONL file ([] if absent). A cut last line is skipped; a bad line elsewhere is a UsageError
+    naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().split(b"\n")  # the last item is what follows the final newline (b"" if none)
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        row = _row(line)
+        if row is None:
+            if i == len(lines) - 1:  # no newline after it: a write cut short by a kill
+                break
+            raise UsageError(f"{path}:{i + 1}: not a UTF-8 JSON object; the file is corrupt (delete the line or the "
+                             "file to regenerate it)")
+        rows.append(row)
+    return rows
+
+
+def repair_tail(path: str | os.PathLike) -> None:
+    """Make the file end with a newline before an append: end a complete last row, cut a partial one."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        # only the last line is read: a scan back to the previous newline, whatever the file's size
+        start = size
+        while start > 0:
+            step = min(start, 1 << 16)
+            f.seek(start - step)
+            block = f.read(step)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                start = start - step + cut + 1
+                break
+            start -= step
+        f.seek(start)
+        tail = f.read()
+        if tail.strip() and _row(tail) is not None:
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+        else:
+            f.truncate(start)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _line(row: dict) -> bytes:
+    return (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Append rows, one `write` each, then fsync: finished work survives a kill of this process or the machine."""
+    lines = [_line(r) for r in rows]
+    if not lines:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        for line in lines:
+            view = memoryview(line)
+            while view:  # a regular file takes the whole line at once; a short write is finished, not lost
+                view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(_line(r) for r in rows))
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: str | os.PathLike, obj) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_samples(dataset_dir: str | os.PathLike) -> dict[tuple[str, int], dict]:
+    """All generated samples of one dataset directory, merged over rank files: {(id, sample): row}."""
+    out: dict[tuple[str, int], dict] = {}
+    for file in sorted(Path(dataset_dir).glob(GEN_GLOB)):
+        for row in read_jsonl(file):
+            out.setdefault((row["id"], int(row["sample"])), row)
+    return out
+
+
+def dataset_dirs(output_dir: str | os.PathLike) -> list[Path]:
+    """Dataset subdirectories of a run (those with a problems.jsonl), in name order."""
+    return sorted(p.parent for p in Path(output_dir).glob("*/problems.jsonl"))
+
+
+def completion_crc(text: str) -> int:
+    """Checksum tying a score row to the completion it scored (a regenerated sample gets rescored)."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def run_dir(output_dir: str | os.PathLike) -> Path:
+    """`--output_dir` as an absolute path, so worker processes and later stages agree on it whatever their cwd;
+    a UsageError when it exists but is not a directory."""
+    out = Path(output_dir).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output_dir {output_dir}: {out} is a file, not a directory; pass a directory")
+    return out
+
+
+def require_run(output_dir: str | os.PathLike, stage: str) -> tuple[Path, list[Path]]:
+    """(absolute run directory, its dataset directories); MissingPathError when there are none."""
+    out = run_dir(output_dir)
+    dirs = dataset_dirs(out)
+    if not dirs:
+        what = "no <dataset>/problems.jsonl in" if out.is_dir() else "directory not found:"
+        raise MissingPathError(f"--output_dir {output_dir}: {what} {out}; run the generate stage first (or pass "
+                               f"the --output_dir it wrote) before {stage}")
+    return out, dirs

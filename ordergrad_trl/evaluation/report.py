@@ -1,0 +1,251 @@
+"""Stage 3: metrics with bootstrap confidence intervals, as JSON, a markdown table and a pass@k / pass^k plot.
+
+    ordergrad-eval report --output_dir runs/smollm2 --ks 1 2 4 8 --objectives TopM:2@4 CVaR:0.5@8
+
+Per benchmark, with n samples per problem and `c` correct (math-verify), every metric is the mean over problems
+of a per-problem unbiased estimate (see `metrics.py`; all but maj@k are `ordergrad_trl.lstat_value` with the
+training code's rank weights):
+
+- `pass@k` (ReMax on correctness; = 1 - C(n-c,k)/C(n,k)), `pass^k` (ReMin; = C(c,k)/C(n,k)), `maj@k`,
+- on the reward (`--reward_weights`, default `correct=1`; e.g. `correct=1,format=0.2` is a shaped reward):
+  `mean_reward`, `best@k` (E[max of k]), `worst@k`, `cvar<q>@k` (LowerTailMean:q), and each `--objectives`
+  entry `Preset@K` (any `rank_weights` preset, e.g. the objective a model was trained on).
+
+95% CIs: percentile bootstrap over problems (seeded, one resample shared by all metrics). MATH-500 also gets a
+per-subject and per-level breakdown (any problem metadata field via `--breakdown`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from . import metrics, records
+from .args import PathArgs, ReportArgs, check_types
+from .errors import UsageError
+from .provenance import read_provenance
+from .render import plot, render_markdown
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["check_args", "default_ks", "parse_objective", "parse_reward_weights", "report"]
+
+CORRECT_LABEL = "\x00correct"  # every sample math-verify scored correct votes for the gold
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+def parse_reward_weights(text: str) -> dict[str, float]:
+    out = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in ("correct", "format"):
+            raise UsageError(f"--reward_weights must look like 'correct=1,format=0.2' (fields: correct, format), "
+                             f"got {text!r}")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--reward_weights: {value!r} is not a number (in {text!r})") from None
+        if not math.isfinite(out[name]):
+            raise UsageError(f"--reward_weights: the weight of {name} must be a finite number, got {value.strip()!r}")
+    return out
+
+
+def parse_objective(spec: str) -> tuple[str, int]:
+    """'TopM:2@4' -> ('TopM:2', 4); comma-separated weights may omit '@K'. Validated with rank_weights."""
+    from ordergrad_trl import rank_weights
+
+    obj, sep, k = spec.rpartition("@")
+    if not sep:
+        obj, k = spec, str(len(spec.split(","))) if "," in spec else ""
+    if not k.strip().isdigit():
+        raise UsageError(f"--objectives {spec!r} must be Preset@K, e.g. 'TopM:2@4' or 'CVaR:0.25@8'")
+    try:
+        rank_weights(obj, int(k))
+    except ValueError as err:  # names the valid presets
+        raise UsageError(f"--objectives {spec!r}: {err}") from None
+    return obj, int(k)
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... up to n: the k axis of pass@k / maj@k curves."""
+    return [1 << i for i in range(n.bit_length())]
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
+    """Problems, and `(P, n)` tensors correct / reward (NaN = missing or unscorable) and answer labels."""
+    problems = records.read_jsonl(dataset_dir / "problems.jsonl")
+    scores = {(r["id"], int(r["sample"])): r for r in records.read_jsonl(dataset_dir / "scores.jsonl")}
+    samples = records.read_samples(dataset_dir)
+    # problems not generated yet (e.g. a run interrupted or a smaller --limit) are not part of the benchmark
+    sampled = {pid for pid, _ in samples}
+    skipped = sum(p["id"] not in sampled for p in problems)
+    problems = [p for p in problems if p["id"] in sampled]
+    index = {p["id"]: i for i, p in enumerate(problems)}
+    scores = {k: v for k, v in scores.items() if k[0] in index and k in samples}
+    n = 1 + max((s for _, s in scores), default=-1)
+    num_p = len(problems)
+    correct = torch.full((num_p, max(n, 1)), math.nan, dtype=torch.float64)
+    reward = correct.clone()
+    labels = torch.full((num_p, max(n, 1)), -1, dtype=torch.long)
+    per_problem_labels: list[dict[str, int]] = [{} for _ in range(num_p)]
+    tokens, truncated = [], 0
+    for (pid, s), row in scores.items():
+        i = index[pid]
+        if row["correct"] is None:
+            continue
+        correct[i, s] = row["correct"]
+        parts = [w * (row.get(f) if row.get(f) is not None else math.nan) for f, w in reward_weights.items()]
+        reward[i, s] = sum(parts)
+        key = CORRECT_LABEL if row["correct"] == 1.0 else row.get("pred")
+        if key is not None:
+            labels[i, s] = per_problem_labels[i].setdefault(key, len(per_problem_labels[i]))
+        gen = samples[(pid, s)]
+        if gen.get("num_tokens") is not None:
+            tokens.append(gen["num_tokens"])
+        truncated += gen.get("finish_reason") == "length"
+    return {
+        "problems": problems, "n": n, "correct": correct, "reward": reward, "labels": labels,
+        "num_scored": len(scores), "tokens": tokens, "truncated": truncated, "not_generated": skipped,
+        "unscored": sum(k not in scores for k in samples if k[0] in index),
+        "unscorable": len({pid for (pid, _), row in scores.items() if row["correct"] is None}),
+        "timeouts": sum(row.get("status") == "timeout" for row in scores.values()),
+        "missing": len(problems) * n - sum(k[0] in index and k[1] < n for k in samples),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+def per_problem_metrics(data: dict, args: ReportArgs, ks: list[int], objectives) -> dict[str, torch.Tensor]:
+    """{metric name: (P,) per-problem estimate}, in display order."""
+    c, r, lab = data["correct"], data["reward"], data["labels"]
+    out = {"mean_reward": metrics.lstat_metric(r, "Mean", 1)}
+    for k in ks:
+        out[f"pass@{k}"] = metrics.pass_at_k(c, k)
+        out[f"pass^{k}"] = metrics.pass_hat_k(c, k)
+        out[f"maj@{k}"] = metrics.maj_at_k(lab, c, k)
+        out[f"best@{k}"] = metrics.best_of_k(r, k)
+        out[f"worst@{k}"] = metrics.worst_of_k(r, k)
+        out[f"cvar{args.cvar_q:g}@{k}"] = metrics.cvar_at_k(r, k, args.cvar_q)
+    for obj, k in objectives:
+        out[f"{obj}@{k}"] = metrics.lstat_metric(r, obj, k)
+    return out
+
+
+def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: ReportArgs) -> dict:
+    """{metric: {value, ci, num_problems}} over the problems in `rows` (all if None)."""
+    names = list(values)
+    stacked = torch.stack([values[m] for m in names])  # (M, P)
+    if rows is not None:
+        stacked = stacked[:, rows]
+    low, high = metrics.bootstrap_ci(stacked, args.bootstrap_samples, args.ci_level, args.bootstrap_seed)
+    out = {}
+    for j, name in enumerate(names):
+        value, count = metrics.problem_mean(stacked[j])
+        out[name] = {"value": value, "ci": [float(low[j]), float(high[j])], "num_problems": count}
+    return out
+
+
+def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectives) -> dict | None:
+    data = load_matrices(dataset_dir, reward_weights)
+    n = data["n"]
+    if n == 0:
+        logger.warning("%s: no scored samples; run the score stage first", dataset_dir.name)
+        return None
+    ks = sorted({k for k in (args.ks or default_ks(n))})
+    if ks[-1] > n:
+        raise UsageError(f"--ks {' '.join(map(str, args.ks))}: k = {ks[-1]} > n = {n} samples per problem in "
+                         f"{dataset_dir.name}; use k <= n or generate more samples (--num_samples)")
+    too_big = [f"{o}@{k}" for o, k in objectives if k > n]
+    if too_big:
+        raise UsageError(f"--objectives {' '.join(too_big)}: K > n = {n} samples per problem in {dataset_dir.name}")
+    values = per_problem_metrics(data, args, ks, objectives)
+    result = {
+        "num_problems": len(data["problems"]),
+        "num_samples": n,
+        "ks": ks,
+        "unscorable_problems": data["unscorable"],
+        "missing_samples": data["missing"],
+        "problems_not_generated": data["not_generated"],
+        "samples_not_scored": data["unscored"],
+        "samples_timed_out": data["timeouts"],
+        "mean_completion_tokens": sum(data["tokens"]) / len(data["tokens"]) if data["tokens"] else None,
+        "truncated_fraction": data["truncated"] / data["num_scored"] if data["num_scored"] else None,
+        "metrics": summarize(values, None, args),
+        "breakdown": {},
+    }
+    for fld in args.breakdown:
+        groups: dict[str, list[int]] = {}
+        for i, p in enumerate(data["problems"]):
+            if p.get(fld) is not None:
+                groups.setdefault(str(p[fld]), []).append(i)
+        if groups:
+            result["breakdown"][fld] = {
+                g: {"num_problems": len(rows), "metrics": summarize(values, torch.tensor(rows), args)}
+                for g, rows in sorted(groups.items(), key=lambda kv: _natural(kv[0]))
+            }
+    return result
+
+
+def _natural(text: str):
+    """Sort key: numbers by value (level 2 before level 10), then other labels alphabetically."""
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
+
+
+def report(args: ReportArgs, paths: PathArgs) -> dict:
+    check_args(args)
+    reward_weights = parse_reward_weights(args.reward_weights)
+    objectives = [parse_objective(o) for o in args.objectives]
+    out, dirs = records.require_run(paths.output_dir, "report")
+    provenance = read_provenance(out)
+    legacy = out / "generation_config.json"  # runs written before provenance.json
+    result = {
+        "generation": _generation(provenance) if provenance else (json.loads(legacy.read_bytes()) if legacy.is_file()
+                                                                   else None),
+        "provenance": provenance,
+        "config": asdict(args),
+        "datasets": {},
+    }
+    for d in dirs:
+        ds = report_dataset(d, args, reward_weights, objectives)
+        if ds is not None:
+            result["datasets"][d.name] = ds
+    if not result["datasets"]:
+        raise UsageError(f"--output_dir {paths.output_dir}: no scored samples in {out}; run the score stage first")
+    if args.plot and result["datasets"] and plot(result, out / "passk.png"):
+        result["plot"] = str(out / "passk.png")
+    records.write_json_atomic(out / "report.json", result)
+    binary_reward = reward_weights == {"correct": 1.0}
+    (out / "report.md").write_text(render_markdown(result, binary_reward), encoding="utf-8")
+    return result
+
+
+def _generation(provenance: dict) -> dict:
+    """The report's summary of how the samples were drawn (model, sampling, prompt), from the provenance."""
+    model = provenance["model"]
+    return {"model": model["model"], "base": model["base"], "adapter": model["adapter"], **provenance["sampling"],
+            **{k: v for k, v in provenance["prompt"].items() if k != "chat_template_sha256"}}
+
+
+def check_args(args: ReportArgs) -> None:
+    """Flag-level checks that need no data (the run stage calls this before generating anything)."""
+    check_types(args)
+    if args.ks is not None and (not args.ks or min(args.ks) < 1):
+        raise UsageError(f"--ks must be integers >= 1 (and <= n samples per problem), got {args.ks}")
+    if args.bootstrap_samples < 1:
+        raise UsageError(f"--bootstrap_samples must be >= 1, got {args.bootstrap_samples}")
+    if not 0 < args.ci_level < 1:
+        raise UsageError(f"--ci_level must be in (0, 1), got {args.ci_level}")
+    if not 0 < args.cvar_q <= 1:
+        raise UsageError(f"--cvar_q must be in (0, 1], got {args.cvar_q}")
+    parse_reward_weights(args.reward_weights)
+    for o in args.objectives:
+        parse_objective(o)

@@ -1,0 +1,72 @@
+"""One shot, from the shell (`run`) or from Python (`evaluate`): generate, score and report.
+
+Each stage resumes, so rerunning after an interruption is cheap.
+
+    ordergrad-eval run --model <hub id | checkpoint dir | adapter dir> --datasets math500 gsm8k --local_data \\
+        --num_samples 16 --ks 1 4 16 --objectives TopM:2@4 --output_dir runs/my_model
+    ordergrad-eval run --config my_eval.yaml          # any field below as a YAML key
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs
+from .errors import UsageError
+from .generate import generate
+from .report import check_args, parse_objective, report
+from .score import score
+
+__all__ = ["evaluate", "run"]
+
+_GROUPS = (GenerateArgs, ScoreArgs, ReportArgs, PathArgs)
+
+
+def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_args: ReportArgs, paths: PathArgs) -> dict:
+    """Returns {"generate": throughput, "score": throughput, "report": report dict}."""
+    # a k the samples cannot support fails now, not after hours of generation
+    check_args(report_args)
+    n = gen_args.num_samples
+    big = [str(k) for k in report_args.ks or [] if k > n]
+    big += [o for o in report_args.objectives if parse_objective(o)[1] > n]
+    if big:
+        raise UsageError(f"--ks / --objectives {' '.join(big)}: k > --num_samples {n}; every k must be <= n")
+    gen_stats = generate(gen_args, paths)
+    score_stats = score(score_args, paths)
+    return {"generate": gen_stats, "score": score_stats, "report": report(report_args, paths)}
+
+
+def _split_options(options: dict, groups) -> list:
+    """One instance per dataclass in `groups` from keyword options; an unknown option is a UsageError."""
+    names = {f.name: cls for cls in groups for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        raise UsageError(f"evaluate(): unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    return [cls(**{k: v for k, v in options.items() if names[k] is cls}) for cls in groups]
+
+
+def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None = None,
+             generations: str | os.PathLike | None = None, **options) -> dict:
+    """Evaluate a model, or a directory of generations, and return the report (what `report.json` holds).
+
+    Either `evaluate(model, output_dir=..., **options)`: generate, score and report, as `ordergrad-eval run`
+    (`model` is a Hub id, checkpoint or adapter directory; None is the default model, or pass
+    `backend="reference"`); or `evaluate(generations=run_dir, **options)`: score what an earlier run generated into
+    `run_dir` and report, as `ordergrad-eval score` then `report`. `options` are the command-line flags as
+    keywords, e.g. `datasets=["gsm8k"], num_samples=16, ks=[1, 4, 16], objectives=["TopM:2@4"]`; every stage
+    resumes what the directory already holds, and bad values raise `UsageError` (a `ValueError`) naming the flag.
+
+    Returns `{"datasets": {name: {"metrics": {"pass@1": {"value", "ci", "num_problems"}, ...}, ...}},
+    "provenance": ..., "config": ..., ...}`; `report.md` and `passk.png` are written beside `report.json`.
+    """
+    if generations is not None:
+        if model is not None or output_dir is not None:
+            raise UsageError("evaluate(): pass either generations= (score and report a run directory) or a model "
+                             "and output_dir=, not both")
+        score_args, report_args, paths = _split_options({**options, "output_dir": os.fspath(generations)},
+                                                        (ScoreArgs, ReportArgs, PathArgs))
+        score(score_args, paths)
+        return report(report_args, paths)
+    opts = {**options, "model": model, "output_dir": os.fspath(output_dir or PathArgs.output_dir)}
+    return run(*_split_options(opts, _GROUPS))["report"]
