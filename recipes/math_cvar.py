@@ -49,6 +49,7 @@ import torch
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
+from ordergrad_trl.core.stats import bootstrap_ci
 from ordergrad_trl.tasks.data import load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
 from ordergrad_trl.tasks.rewards import format_reward, length_penalty, math_reward
@@ -141,19 +142,14 @@ class EvalRewards:
             per_run.append({p: sum(v) / len(v) for p, v in merged.items()})
         prompts = sorted(set.intersection(*(set(r) for r in per_run)))
         values = torch.tensor([[r[p] for p in prompts] for r in per_run], dtype=torch.float64)  # (runs, P)
-        parts = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, (lo, hi) in zip(values.mean(1).tolist(), map(_ci95, values))]
+        low, high = bootstrap_ci(values)  # (runs,), (runs,): percentile bootstrap over problems, as eval/ reports
+        parts = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in zip(values.mean(1).tolist(), low, high)]
         text = f"eval math reward (pass@1, {len(prompts)} problems x {group_size} samples, 95% CI): " + " before -> ".join(parts)
         if len(per_run) == 2:
             change = values[1] - values[0]  # paired: the same problems before and after
-            lo, hi = _ci95(change)
+            lo, hi = bootstrap_ci(change)
             text += f" after; change {change.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
         return text
-
-
-def _ci95(x: torch.Tensor) -> tuple[float, float]:
-    """Normal-approximation 95% interval of the mean of per-problem values `(P,)`."""
-    half = 1.96 * x.std(unbiased=True).item() / len(x) ** 0.5 if len(x) > 1 else float("nan")
-    return x.mean().item() - half, x.mean().item() + half
 
 
 def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig):

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ordergrad_trl import lstat_value, rank_weights
+from ordergrad_trl.core.stats import bootstrap_ci  # re-exported: the CI of every eval report
 
 __all__ = [
     "best_of_k",
@@ -221,49 +222,3 @@ def _binom_table(n: int, exact: bool) -> np.ndarray:
     table = table if exact else table.astype(np.float64)
     table.flags.writeable = False
     return table
-
-
-# ----------------------------------------------------------------------------------------------- bootstrap
-def bootstrap_ci(
-    values: torch.Tensor, num_samples: int = 1_000, level: float = 0.95, seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Percentile bootstrap CI of the mean over problems, resampling problems with replacement.
-
-    Args:
-        values: `(M, P)` per-problem values of M metrics (or `(P,)`); NaN problems are left out of each mean,
-            as in the point estimate. All metrics share the same resampled problem sets (seeded).
-        num_samples: bootstrap replicates B.
-        level: coverage of the interval.
-
-    Returns:
-        (low, high), each `(M,)` (or scalars for 1-D input); NaN where a metric has no valid problem.
-    """
-    values = torch.as_tensor(values, dtype=torch.float64)
-    squeeze = values.dim() == 1
-    values = values[None] if squeeze else values
-    if values.dim() != 2:
-        raise ValueError(f"values must have shape (P,) or (M, P), got {tuple(values.shape)}")
-    if not (isinstance(num_samples, int) and num_samples >= 1) or not 0 < level < 1:
-        raise ValueError(f"need num_samples >= 1 and 0 < level < 1, got {num_samples} and {level}")
-    num_m, num_p = values.shape
-    if num_p == 0:
-        nan = torch.full((num_m,), math.nan, dtype=torch.float64)
-        return (nan[0], nan[0]) if squeeze else (nan, nan)
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randint(num_p, (num_samples, num_p), generator=gen)  # (B, P)
-    # Replicate means as (M, P) @ (P, b) products of problem counts, b replicates at a time: memory stays
-    # O((M + P) b) instead of the O(M B P) of indexing values[:, idx] (54 metrics x 1000 x 500 at n = 256).
-    ok = ~torch.isnan(values)  # (M, P)
-    filled, okf = values.nan_to_num(0.0), ok.double()
-    means = torch.empty(num_m, num_samples, dtype=torch.float64)  # (M, B)
-    step = max(1, (1 << 22) // max(1, num_p))
-    for s in range(0, num_samples, step):
-        part = idx[s : s + step]  # (b, P)
-        counts = torch.zeros(len(part), num_p, dtype=torch.float64).scatter_add_(
-            1, part, torch.ones_like(part, dtype=torch.float64)).T  # (P, b)
-        # NaN when a replicate drew only NaN problems of a metric (0 / 0), as nanmean
-        means[:, s : s + step] = (filled @ counts) / (okf @ counts)
-    alpha = (1 - level) / 2
-    q = torch.tensor([alpha, 1 - alpha], dtype=torch.float64)
-    low, high = torch.nanquantile(means, q, dim=-1)  # (M,), (M,)
-    return (low[0], high[0]) if squeeze else (low, high)
