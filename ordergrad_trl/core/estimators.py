@@ -32,11 +32,9 @@ not). `grpo` with `scale="none"` is `(n-1)/n` times `rloo`, so unbiased for `(n-
 consistent (N -> infinity) but finite-N biased estimate of `grad (1/beta) log E[exp(beta R)]`.
 
 Use `get_estimator(name)` (or `ESTIMATORS`) to look one up, `bind_estimator(name, **params)` to fix its parameters
-and check them once, e.g. at config time. Trainers call every estimator the same way, as `ESTIMATOR_SPECS[name](
-rewards, context)` with one `EstimatorContext` (objective, K and the estimator's own options; like verl's
-estimators, which share one signature): the table `ESTIMATOR_SPECS` says which context fields each one reads.
-Dividing by a reward std (`scale_rewards`) is not an estimator's job there: `scale_advantages` does it, once, for
-all of them (TRL's GRPO is `grpo` followed by `scale_advantages(..., "group")`).
+and check them once. Trainers call each one alike, `ESTIMATOR_SPECS[name](rewards, context)` with one shared
+`EstimatorContext` (as verl's estimators share one signature); the std of `scale_rewards` is `scale_advantages`,
+applied once after any of them (TRL's GRPO is `grpo` then `scale_advantages(..., "group")`).
 """
 
 from __future__ import annotations
@@ -330,42 +328,35 @@ class EstimatorContext:
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """A registered estimator: its function, the context fields it reads, and its own options with defaults."""
+    """A registered estimator: its function, its keyword parameters with defaults, and which of them the context's
+    `objective` / `k` fill (the rest are its own options, e.g. `rs_grpo`'s beta)."""
 
     fn: Callable[..., torch.Tensor]
-    reads: tuple[str, ...]  # of "objective", "k"
-    options: Mapping[str, Any]
+    params: Mapping[str, Any]
+    reads: tuple[str, ...] = ()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {name: value for name, value in self.params.items() if name not in self.reads}
 
     def __call__(self, rewards: torch.Tensor, context: EstimatorContext) -> torch.Tensor:
         """`(..., N)` rewards -> `(..., N)` advantages."""
         return self.fn(rewards, **{name: getattr(context, name) for name in self.reads}, **context.options)
 
 
-_NONE: Mapping[str, Any] = MappingProxyType({})
 ESTIMATOR_SPECS: Mapping[str, EstimatorSpec] = MappingProxyType({
-    "ordergrad": EstimatorSpec(ordergrad, ("objective", "k"), _NONE),
-    "grpo": EstimatorSpec(functools.partial(grpo, scale="none"), (), _NONE),  # the std: `scale_advantages`
-    "rloo": EstimatorSpec(rloo, (), _NONE),
-    "maxk_tang": EstimatorSpec(maxk_tang, ("k",), _NONE),
-    "passk_chen": EstimatorSpec(passk_chen, ("k",), _NONE),
-    "pkpo": EstimatorSpec(pkpo, ("k",), _NONE),
-    "rs_grpo": EstimatorSpec(rs_grpo, (), MappingProxyType({"beta": 2.0})),
+    "ordergrad": EstimatorSpec(ordergrad, {"objective": "TopM:2", "k": 4}, ("objective", "k")),
+    "grpo": EstimatorSpec(functools.partial(grpo, scale="none"), {}),  # its std: `scale_advantages`, by the caller
+    "rloo": EstimatorSpec(rloo, {}),
+    "maxk_tang": EstimatorSpec(maxk_tang, {"k": None}, ("k",)),
+    "passk_chen": EstimatorSpec(passk_chen, {"k": 4}, ("k",)),
+    "pkpo": EstimatorSpec(pkpo, {"k": 4}, ("k",)),
+    "rs_grpo": EstimatorSpec(rs_grpo, {"beta": 2.0}),
 })  # fmt: skip
 
-# Each estimator's keyword parameters and defaults, as its function takes them (the table above plus `grpo`'s scale).
-_PARAMS: Mapping[str, dict[str, Any]] = MappingProxyType({
-    "ordergrad": {"objective": "TopM:2", "k": 4}, "grpo": {"scale": "group"}, "rloo": {}, "maxk_tang": {"k": None},
-    "passk_chen": {"k": 4}, "pkpo": {"k": 4}, "rs_grpo": {"beta": 2.0},
-})  # fmt: skip
-
+# name -> the function itself (with its own keyword parameters, e.g. `grpo(rewards, scale="group")`)
 ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
-    "ordergrad": ordergrad,
-    "grpo": grpo,
-    "rloo": rloo,
-    "maxk_tang": maxk_tang,
-    "passk_chen": passk_chen,
-    "pkpo": pkpo,
-    "rs_grpo": rs_grpo,
+    fn.__name__: fn for fn in (ordergrad, grpo, rloo, maxk_tang, passk_chen, pkpo, rs_grpo)
 }
 
 
@@ -378,14 +369,12 @@ def get_estimator(name: str) -> Callable[..., torch.Tensor]:
 
 
 def estimator_params(name: str) -> dict[str, object]:
-    """The keyword parameters of estimator `name`'s function and their defaults."""
+    """The keyword parameters of estimator `name` and their defaults (`grpo`'s std is `scale_advantages`')."""
     get_estimator(name)
-    return dict(_PARAMS[name.strip().lower()])
+    return dict(ESTIMATOR_SPECS[name.strip().lower()].params)
 
 
-def bind_estimator(
-    name: str, *, num_generations: int | None = None, **params
-) -> Callable[[torch.Tensor], torch.Tensor]:
+def bind_estimator(name: str, *, num_generations: int | None = None, **params) -> Callable[[torch.Tensor], torch.Tensor]:
     """`rewards (G, N) -> advantages (G, N)` with `params` fixed, checked now rather than at the first batch.
 
     Args:
@@ -397,7 +386,7 @@ def bind_estimator(
     Raises:
         ValueError: unknown estimator or parameter name, or a bad parameter value.
     """
-    fn = get_estimator(name)
+    fn = ESTIMATOR_SPECS[get_estimator(name).__name__].fn
     accepted = estimator_params(name)
     unknown = sorted(set(params) - set(accepted))
     if unknown:
