@@ -73,7 +73,8 @@ def test_yaml_round_trip_rebuilds_the_same_plan(tmp_path, cpu_training_args):
     from trl import TrlParser
 
     config = OrderGradConfig(**cpu_training_args, num_generations=6, per_device_train_batch_size=6,
-                             ordergrad_schedule=["0 ReMax@4", "10 CVaR:0.5@2"], ordergrad_estimator=" PKPO ")  # fmt: skip
+                             ordergrad_schedule=["0 ReMax@4", "10 CVaR:0.5@2"],
+                             ordergrad_estimator=" PKPO ")  # fmt: skip
     fields = {k: v for k, v in config.to_dict().items() if k.startswith("ordergrad_") or k == "num_generations"}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(fields))
     argv = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
@@ -114,7 +115,8 @@ def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, 
         (dict(scale_rewards="std"), r"scale_rewards"),
         # as a careless user writes them (Python, YAML or the command line)
         (dict(ordergrad_k="4"), r"ordergrad_k must be a positive integer, got '4'"),
-        (dict(ordergrad_estimator_kwargs="{beta: 2}"), r"ordergrad_estimator_kwargs must be a dict.*got '\{beta: 2\}': not valid JSON"),
+        (dict(ordergrad_estimator_kwargs="{beta: 2}"),
+         r"ordergrad_estimator_kwargs must be a dict.*got '\{beta: 2\}': not valid JSON"),
         (dict(num_generations=0), r"num_generations must be an integer >= 2.*got 0"),
         (dict(num_generations_eval=0), r"num_generations_eval must be an integer >= 1"),
         (dict(ordergrad_objective="0,0,0,0", ordergrad_k=4), r"ordergrad_objective='0,0,0,0' has all-zero weights"),
@@ -126,3 +128,22 @@ def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, 
 def test_bad_config_raises_at_construction(cpu_training_args, overrides, match):
     with pytest.raises(ValueError, match=match):
         OrderGradConfig(**cpu_training_args, **overrides)
+
+
+def test_careless_values_from_the_command_line_and_yaml_name_the_field(tmp_path):
+    from trl import TrlParser
+
+    cli = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
+
+    def parse(argv):
+        return TrlParser((OrderGradConfig,)).parse_args_and_config(cli + argv)
+
+    with pytest.raises(ValueError, match=r"ordergrad_estimator_kwargs must be a dict.*not valid JSON"):
+        parse(["--ordergrad_estimator", "rs_grpo", "--ordergrad_estimator_kwargs", "{beta: 2}"])
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("num_generations: 0\n")
+    with pytest.raises(ValueError, match=r"num_generations must be an integer >= 2"):
+        parse(["--config", str(yaml_file)])
+    yaml_file.write_text("ordergrad_estimator: rs_grpo\nordergrad_estimator_kwargs: {beta: 2}\n")  # a YAML mapping
+    (args,) = parse(["--config", str(yaml_file), "--per_device_train_batch_size", "8"])
+    assert args.ordergrad_plan.stages[0].context.options == {"beta": 2}

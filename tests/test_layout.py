@@ -81,7 +81,7 @@ def test_core_imports_without_trl():
     code = (
         "import sys\n"
         "import ordergrad_trl\n"
-        "from ordergrad_trl.core import advantage, estimators, objectives, pathwise, schedule\n"
+        "from ordergrad_trl.core import advantage, estimators, objectives, pathwise, plan, schedule\n"
         "from ordergrad_trl import rank_weights, lstat_value, lstat_advantage\n"
         "heavy = [m for m in ('trl', 'transformers', 'datasets', 'accelerate') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

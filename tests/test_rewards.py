@@ -201,8 +201,11 @@ def test_defaults_from_environment(monkeypatch):
         score(["a"], ["1"])
 
 
-@pytest.mark.parametrize("variable, value", [("ORDERGRAD_REWARD_WORKERS", "abc"), ("ORDERGRAD_REWARD_WORKERS", "0"),
-                                             ("ORDERGRAD_REWARD_TIMEOUT_S", "abc"), ("ORDERGRAD_REWARD_TIMEOUT_S", "-1")])
+@pytest.mark.parametrize(
+    "variable, value",
+    [("ORDERGRAD_REWARD_WORKERS", "abc"), ("ORDERGRAD_REWARD_WORKERS", "0"), ("ORDERGRAD_REWARD_TIMEOUT_S", "abc"),
+     ("ORDERGRAD_REWARD_TIMEOUT_S", "-1")],
+)  # fmt: skip
 def test_malformed_environment_fails_at_import_naming_the_variable(variable, value):
     """Before any training step: importing the reward module (as a recipe does at startup) raises."""
     env = dict(os.environ, **{variable: value})

@@ -168,8 +168,14 @@ def test_infinite_reward_stops_the_step_naming_the_function(bare_zoo_trainer):
     per_func = torch.zeros(2 * G, 2)
     per_func[3, 1] = -math.inf
     name = trainer.reward_func_names[1]
-    with pytest.raises(ValueError, match=rf"reward function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 0"):
+    with pytest.raises(ValueError, match=rf"function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 0"):
         trainer._ordergrad_advantages(per_func, G, "train")
+
+
+def test_trainer_hands_trl_the_resolved_importance_sampling_level(bare_zoo_trainer):
+    trainer = bare_zoo_trainer(loss_type="luspo")
+    assert trainer.importance_sampling_level == trainer.args.importance_sampling_level == "sequence"
+    assert bare_zoo_trainer().importance_sampling_level == "token"
 
 
 def test_huge_finite_reward_warns_naming_the_function(bare_zoo_trainer, caplog):
@@ -346,7 +352,8 @@ def test_config_resolution(cpu_training_args):
 
     c = config(cpu_training_args, ordergrad_estimator="pkpo", ordergrad_schedule=["0 ReMax@6", "50 ReMax@2"])
     assert (c.ordergrad_objective, c.ordergrad_k) == (None, None)  # the fields keep what was set; the plan trains
-    assert [(s.start_step, s.objective, s.context.k) for s in c.ordergrad_plan.stages] == [(0, "ReMax", 6), (50, "ReMax", 2)]
+    stages = c.ordergrad_plan.stages
+    assert [(s.start_step, s.objective, s.context.k) for s in stages] == [(0, "ReMax", 6), (50, "ReMax", 2)]
     assert [(s.start_step, s.k) for s in c.ordergrad_stages()] == [(0, 6), (50, 2)]
 
     c = config(cpu_training_args, ordergrad_k=3, ordergrad_reward_objectives=["0,0,0.5,0.5@4", " Mean "])

@@ -13,7 +13,7 @@ grpo|ordergrad and a JUnit report; the comparison puts every test in one class:
 
 - passed: passes with OrderGrad (and with GRPO);
 - skipped (GPU/vLLM/optional packages): skipped in both runs, with the skip reason;
-- fails with stock GRPO too: API drift between the checkout's tests (TRL main in ../shared/trl) and the installed TRL 1.16, or a
+- fails with stock GRPO too: API drift between the checkout's tests (../shared/trl: TRL main) and TRL 1.16, or a
   Hub model/dataset without an offline stand-in; not OrderGrad's doing;
 - by design: fails with OrderGrad only, with the error listed in `BY_DESIGN` (reason and what to set instead);
 - regression: fails with OrderGrad only, for any other reason (exit status 1).

@@ -374,7 +374,7 @@ def estimator_params(name: str) -> dict[str, object]:
     return dict(ESTIMATOR_SPECS[name.strip().lower()].params)
 
 
-def bind_estimator(name: str, *, num_generations: int | None = None, **params) -> Callable[[torch.Tensor], torch.Tensor]:
+def bind_estimator(name: str, *, num_generations: int | None = None, **params) -> Callable[..., torch.Tensor]:
     """`rewards (G, N) -> advantages (G, N)` with `params` fixed, checked now rather than at the first batch.
 
     Args:

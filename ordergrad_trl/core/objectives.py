@@ -125,11 +125,14 @@ PRESETS: tuple[Preset, ...] = (
 
 _BY_NAME = {name.lower(): preset for preset in PRESETS for name in (preset.name, *preset.aliases)}
 
+def _written(p: Preset) -> str:  # "LowerTailMean:q (CVaR:q)"
+    aliases = ", ".join(f"{a}:{p.param}" if p.param else a for a in p.aliases)
+    return f"{p.form} ({aliases})" if aliases else p.form
+
+
 VALID_OBJECTIVES = (
-    ", ".join(p.form + (f" ({', '.join(a + (':' + p.param if p.param else '') for a in p.aliases)})" if p.aliases else "")
-              for p in PRESETS)
-    + ", or K comma-separated weights (ascending: the first weighs the smallest reward)"
-)  # fmt: skip
+    ", ".join(map(_written, PRESETS)) + ", or K comma-separated weights (ascending: the first weighs the smallest reward)"
+)
 
 
 def preset_table() -> str:

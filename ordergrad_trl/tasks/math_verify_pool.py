@@ -31,7 +31,8 @@ the next. Time-outs and unscorable items are reported per item (the statuses), l
 
 Pitfalls handled (each has a test): `verify(gold, pred)` is gold first; bare MATH answers are wrapped in `$..$`
 (unwrapped, 51/500 MATH-500 golds parse to nothing); predictions prefer the last `\\boxed{}`; GSM8K golds come
-from `ordergrad_trl.tasks.sets.gsm8k_gold`. POSIX only (fd passing, `signal.alarm`); the pool size falls back to `os.cpu_count()` where
+from `ordergrad_trl.tasks.sets.gsm8k_gold`. POSIX only (fd passing, `signal.alarm`); the pool size falls back to
+`os.cpu_count()` where
 `os.sched_getaffinity` is missing (macOS).
 """
 

@@ -256,7 +256,7 @@ class OrderGradConfig(GRPOConfig):
         warn_about_eval_groups(self.ordergrad_plan, self.num_generations_eval)
 
     def _check_fields_trl_reads(self):
-        """Fields TRL's own `__post_init__` would fail on without naming them (a division by zero, a bare JSON error)."""
+        """Fields TRL's `__post_init__` would fail on without naming them (a division by zero, a bare JSON error)."""
         for name, low in (("num_generations", 2), ("num_generations_eval", 1)):
             value = getattr(self, name)
             if (value is not None or name == "num_generations") and (

@@ -105,8 +105,10 @@ class OrderGradTrainer(GRPOTrainer):
             return "OrderGrad"
         plan = args.ordergrad_plan
         if plan.per_reward is not None:
-            names = getattr(self, "reward_func_names", None) or [f"reward function {f}" for f in range(len(plan.per_reward))]
-            what = "objectives " + ", ".join(f"{s.objective} over K={s.k} on {n}" for s, n in zip(plan.per_reward, names))
+            numbered = [f"reward function {f}" for f in range(len(plan.per_reward))]
+            names = getattr(self, "reward_func_names", None) or numbered
+            what = "objectives " + ", ".join(f"{s.objective} over K={s.k} on {n}"
+                                             for s, n in zip(plan.per_reward, names))  # fmt: skip
         elif plan.scheduled:
             what = "objective schedule " + ", ".join(f"{s.objective} over K={s.k} from step {s.start_step}"
                                                       for s in plan.stages)  # fmt: skip
