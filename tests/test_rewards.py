@@ -194,8 +194,10 @@ def test_defaults_from_environment(monkeypatch):
     assert pool._default_workers() == min(4, cpus)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cpus))  # torchrun: the ranks on a node share its cores
     assert pool._default_workers() == 1
+    assert pool.reward_env_settings() == (10.0, 1)
     monkeypatch.setenv("ORDERGRAD_REWARD_WORKERS", "3")
-    assert pool._default_workers() == 3
+    monkeypatch.setenv("ORDERGRAD_REWARD_TIMEOUT_S", "2.5")
+    assert pool.reward_env_settings() == (2.5, 3)
     monkeypatch.setenv("ORDERGRAD_REWARD_TIMEOUT_S", "0")
     with pytest.raises(ValueError, match="ORDERGRAD_REWARD_TIMEOUT_S"):
         score(["a"], ["1"])
