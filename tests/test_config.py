@@ -83,6 +83,9 @@ def test_yaml_round_trip_rebuilds_the_same_plan(tmp_path, cpu_training_args):
     assert loaded.ordergrad_plan == config.ordergrad_plan  # stages, estimator, contexts (weights by value below)
     for a, b in zip(loaded.ordergrad_plan.stages, config.ordergrad_plan.stages):
         assert torch.equal(a.weights, b.weights)
+    with pytest.raises(AttributeError):  # immutable: frozen dataclasses, stages in a tuple
+        loaded.ordergrad_plan.stages[0].k = 3
+    assert isinstance(loaded.ordergrad_plan.stages, tuple)
 
 
 @pytest.mark.parametrize("found, ok", [("0.33.0", False), ("0.21.1", False), ("0.31.0", True), ("0.24.0+cu129", True)])
