@@ -163,34 +163,6 @@ def test_grpo_scale_rewards_is_applied_once(bare_zoo_trainer):
         assert got.tolist() == pytest.approx(expected, abs=1e-5), scale
 
 
-def test_infinite_reward_stops_the_step_naming_the_function(bare_zoo_trainer):
-    trainer = bare_zoo_trainer()
-    per_func = torch.zeros(2 * G, 2)
-    per_func[3, 1] = -math.inf
-    name = trainer.reward_func_names[1]
-    with pytest.raises(ValueError, match=rf"function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 0"):
-        trainer._ordergrad_advantages(per_func, G, "train")
-
-
-def test_trainer_hands_trl_the_resolved_importance_sampling_level(bare_zoo_trainer):
-    trainer = bare_zoo_trainer(loss_type="luspo")
-    assert trainer.importance_sampling_level == trainer.args.importance_sampling_level == "sequence"
-    assert bare_zoo_trainer().importance_sampling_level == "token"
-
-
-def test_huge_finite_reward_warns_naming_the_function(bare_zoo_trainer, caplog):
-    trainer = bare_zoo_trainer()
-    per_func = torch.zeros(2 * G, 2)
-    per_func[:, 1] = torch.arange(2 * G, dtype=torch.float32)  # ordinary rewards: no warning
-    with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
-        trainer._ordergrad_advantages(per_func, G, "train")
-    assert "overflow" not in caplog.text
-    per_func[0, 0] = 1e30  # finite in float32, but the squared advantages (the gradient norm) are not
-    with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
-        trainer._ordergrad_advantages(per_func, G, "train")
-    assert f"reward function '{trainer.reward_func_names[0]}' returned rewards up to 1e+30" in caplog.text
-
-
 # ------------------------------------------------------------------------------------ schedule
 
 
