@@ -19,7 +19,7 @@ from pathlib import Path
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from ordergrad_trl.tasks import rewards
+from ordergrad_trl.tasks import math_verify_pool as pool
 
 
 def serial(preds, golds):
@@ -67,19 +67,19 @@ def main():
         print(f"{name:<10} {'serial in-process':<18} {len(preds):>6} {sum(ref):>8.0f} {secs:>7.2f} "
               f"{len(preds) / secs:>8.0f} {len(preds) / cpu:>11.0f} {'-':>9}")
         for w in args.workers:
-            rewards.shutdown()
+            pool.shutdown()
             start = time.perf_counter()
-            while rewards._POOL is None or not all(x.ready for x in rewards._POOL.workers):  # all started
-                rewards.score_completions(["\\boxed{0}"] * 4 * w, ["0"] * 4 * w, num_workers=w)
+            while pool._POOL is None or not all(x.ready for x in pool._POOL.workers):  # all started
+                pool.score_completions(["\\boxed{0}"] * 4 * w, ["0"] * 4 * w, num_workers=w)
             startup = time.perf_counter() - start
-            procs = [x.proc for x in rewards._POOL.workers]
+            procs = [x.proc for x in pool._POOL.workers]
             start, cpu = time.perf_counter(), worker_cpu_s(procs)
-            out = rewards.score_completions(preds, golds, num_workers=w)
+            out = pool.score_completions(preds, golds, num_workers=w)
             secs, cpu = time.perf_counter() - start, worker_cpu_s(procs) - cpu
             agree = "" if out == ref else f"  (differs from serial on {sum(a != b for a, b in zip(out, ref))})"
             print(f"{name:<10} {f'pool, {w} worker(s)':<18} {len(preds):>6} {sum(out):>8.0f} {secs:>7.2f} "
                   f"{len(preds) / secs:>8.0f} {len(preds) / cpu:>11.0f} {startup:>9.2f}{agree}")
-    rewards.shutdown()
+    pool.shutdown()
     return 0
 
 

@@ -1,18 +1,17 @@
 """ordergrad-trl: OrderGrad order-statistic objectives (Max@K, Top-M@K, CVaR, ...) for TRL's GRPO trainer.
 
-Three layers, each a subpackage that imports only the ones before it:
+Layers, each a subpackage that imports only the layers below it (`tests/test_layout.py` checks it):
 
-- `core`: the math in pure torch (objectives, advantages, estimators, schedules); no TRL import.
-- `training`: the TRL integration (`OrderGradConfig`, `OrderGradTrainer`).
-- `tasks`: the math task (datasets, math-verify rewards, the default model).
+- `core`: the math in pure torch (objectives, the objective plan, advantages, estimators, statistics); no TRL.
+- `training` (on `core`): the TRL integration (`OrderGradConfig`, `OrderGradTrainer`).
+- `tasks` (on `core`): the math task (datasets, the math-verify worker pool, rewards, the default model).
+- `evaluation` (on `core` and `tasks`): sampling, scoring and reports of checkpoints (`ordergrad-eval`).
+- `integrations` (on `core` and `tasks`): other trainers, e.g. verl's advantage-estimator plugin.
 
-The trainer reads the math reward's failure counters from `tasks.rewards`; nothing else crosses layers.
+The math reward reports its own time-outs through TRL's `log_metric`, so `training` needs nothing from `tasks`.
 """
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
 
 from .core.advantage import lstat_advantage, lstat_value
 from .core.objectives import rank_weights
@@ -29,30 +28,3 @@ def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# Modules that lived at the top level before the layers (0.1.0 users import e.g. `ordergrad_trl.estimators`):
-# the old name is the same module object as the new one, imported on first use.
-_MOVED = {
-    **{name: f"core.{name}" for name in ("objectives", "advantage", "estimators", "pathwise", "schedule")},
-    **{name: f"training.{name}" for name in ("config", "trainer")},
-    **{name: f"tasks.{name}" for name in ("data", "arithmetic", "rewards", "models")},
-}
-
-
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path=None, target=None):
-        prefix, _, name = fullname.rpartition(".")
-        if prefix != __name__ or name not in _MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        return importlib.import_module(f"{__name__}.{_MOVED[spec.name.rpartition('.')[2]]}")
-
-    def exec_module(self, module):
-        pass  # already executed under its new name
-
-
-if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModuleFinder())

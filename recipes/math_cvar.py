@@ -84,8 +84,11 @@ class MathScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
-        if not isinstance(self.reward_funcs, list):  # YAML `reward_funcs: math` would be read letter by letter
-            raise ValueError(f"reward_funcs must be a list, e.g. [math], got {self.reward_funcs!r}")
+        if isinstance(self.reward_funcs, str) or not isinstance(self.reward_funcs, (list, tuple)):
+            raise ValueError(
+                f"reward_funcs must be a list of names from {list(REWARD_FUNCS)}, got {self.reward_funcs!r}; in YAML "
+                f"write a list: reward_funcs: [{self.reward_funcs}]."
+            )
         unknown = [f for f in self.reward_funcs if f not in REWARD_FUNCS]
         if unknown:
             raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARD_FUNCS)}")

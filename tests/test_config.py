@@ -1,24 +1,30 @@
-"""OrderGradConfig: the defaults that keep the gradient unbiased, defaults resolved per copy, and config-time errors
-that name the fields (no model is built here)."""
+"""OrderGradConfig: the defaults that keep the gradient unbiased, defaults resolved per copy (in its plan), and
+config-time errors that name the fields (no model is built here)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from ordergrad_trl import OrderGradConfig
 
 
+def trained(config) -> tuple[str, int]:
+    """The objective and K training starts with: the plan's first stage (the fields keep what the user set)."""
+    return config.ordergrad_plan.stages[0].objective, config.ordergrad_plan.stages[0].k
+
+
 def test_defaults_keep_the_gradient_unbiased(cpu_training_args):
     config = OrderGradConfig(**cpu_training_args)
-    assert (config.ordergrad_objective, config.ordergrad_k, config.num_generations) == ("TopM:2", 4, 8)
-    assert config.loss_type == "dr_grpo" and config.importance_sampling_level == "token"
+    assert (*trained(config), config.num_generations) == ("TopM:2", 4, 8)
+    assert config.loss_type == "dr_grpo" and config.resolved_importance_sampling_level() == "token"
     assert config.max_grad_norm == 1.0
     assert config.scale_rewards == "none" and config.beta == 0.0 and config.num_iterations == 1
     assert config.multi_objective_aggregation == "sum_then_normalize"
     assert config.bf16 is False  # the CPU test args set it; the library never flips it
-    assert OrderGradConfig(**cpu_training_args, loss_type="luspo").importance_sampling_level == "sequence"
+    assert OrderGradConfig(**cpu_training_args, loss_type="luspo").resolved_importance_sampling_level() == "sequence"
 
 
 @pytest.mark.parametrize(
@@ -27,7 +33,7 @@ def test_defaults_keep_the_gradient_unbiased(cpu_training_args):
 def test_default_k_fits_any_group_size(cpu_training_args, n, k, objective):
     # a plain GRPOConfig -> OrderGradConfig substitution must not fail on TRL's small test groups
     config = OrderGradConfig(**cpu_training_args, num_generations=n, per_device_train_batch_size=n)
-    assert (config.ordergrad_k, config.ordergrad_objective) == (k, objective)
+    assert trained(config) == (objective, k)
     # explicit values are kept, and checked
     assert OrderGradConfig(**cpu_training_args, num_generations=n, per_device_train_batch_size=n, ordergrad_k=1,
                            ordergrad_objective="Mean").ordergrad_k == 1  # fmt: skip
@@ -40,25 +46,46 @@ def test_resolved_defaults_do_not_stick_across_replace(cpu_training_args):
     import pickle
 
     small = OrderGradConfig(**cpu_training_args, num_generations=3, per_device_train_batch_size=3)
-    assert (small.ordergrad_k, small.importance_sampling_level) == (2, "token")
+    assert trained(small) == ("TopM:2", 2) and small.resolved_importance_sampling_level() == "token"
+    assert (small.ordergrad_k, small.ordergrad_objective, small.importance_sampling_level) == (None, None, None)
     # generation_batch_size=None: TRL's own resolved batch fields clash in a copy otherwise
     big = dataclasses.replace(small, num_generations=8, per_device_train_batch_size=8, loss_type="luspo",
                               generation_batch_size=None)  # fmt: skip
-    assert (big.ordergrad_k, big.ordergrad_objective, big.importance_sampling_level) == (4, "TopM:2", "sequence")
+    assert trained(big) == ("TopM:2", 4) and big.resolved_importance_sampling_level() == "sequence"
     back = dataclasses.replace(big, loss_type="dapo", generation_batch_size=None)
-    assert back.importance_sampling_level == "token"
+    assert back.resolved_importance_sampling_level() == "token"
     # values the user set stay set
     user = OrderGradConfig(**cpu_training_args, ordergrad_k=3, importance_sampling_level="sequence")
     copy = dataclasses.replace(user, loss_type="dapo", generation_batch_size=None)
-    assert (copy.ordergrad_k, copy.importance_sampling_level) == (3, "sequence")
-    # a schedule's first stage fills the fields; without the schedule they are the defaults again
+    assert trained(copy)[1] == 3 and copy.resolved_importance_sampling_level() == "sequence"
+    # a schedule's first stage is what trains first; without the schedule the defaults again
     scheduled = OrderGradConfig(**cpu_training_args, ordergrad_schedule=["0 ReMax@6", "5 Mean@1"])
-    assert (scheduled.ordergrad_objective, scheduled.ordergrad_k) == ("ReMax", 6)
+    assert trained(scheduled) == ("ReMax", 6)
     plain = dataclasses.replace(scheduled, ordergrad_schedule=None, generation_batch_size=None)
-    assert (plain.ordergrad_objective, plain.ordergrad_k) == ("TopM:2", 4)
-    # the marked values behave as plain ones everywhere else
+    assert trained(plain) == ("TopM:2", 4)
+    # a pickled copy keeps its plan; the JSON form holds the fields as set
     restored = pickle.loads(pickle.dumps(big))
-    assert restored.ordergrad_k == 4 and json.loads(big.to_json_string())["ordergrad_k"] == 4
+    assert trained(restored) == ("TopM:2", 4) and json.loads(big.to_json_string())["ordergrad_k"] is None
+
+
+def test_yaml_round_trip_rebuilds_the_same_plan(tmp_path, cpu_training_args):
+    import yaml
+    from trl import TrlParser
+
+    config = OrderGradConfig(**cpu_training_args, num_generations=6, per_device_train_batch_size=6,
+                             ordergrad_schedule=["0 ReMax@4", "10 CVaR:0.5@2"],
+                             ordergrad_estimator=" PKPO ")  # fmt: skip
+    fields = {k: v for k, v in config.to_dict().items() if k.startswith("ordergrad_") or k == "num_generations"}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(fields))
+    argv = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
+            "--per_device_train_batch_size", "6", "--config", str(tmp_path / "run.yaml")]  # fmt: skip
+    (loaded,) = TrlParser((OrderGradConfig,)).parse_args_and_config(argv)
+    assert loaded.ordergrad_plan == config.ordergrad_plan  # stages, estimator, contexts (weights by value below)
+    for a, b in zip(loaded.ordergrad_plan.stages, config.ordergrad_plan.stages):
+        assert torch.equal(a.weights, b.weights)
+    with pytest.raises(AttributeError):  # immutable: frozen dataclasses, stages in a tuple
+        loaded.ordergrad_plan.stages[0].k = 3
+    assert isinstance(loaded.ordergrad_plan.stages, tuple)
 
 
 @pytest.mark.parametrize("found, ok", [("0.33.0", False), ("0.21.1", False), ("0.31.0", True), ("0.24.0+cu129", True)])
@@ -89,8 +116,37 @@ def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, 
         (dict(ordergrad_objective=3), r"ordergrad_objective must be a string"),
         (dict(multi_objective_aggregation="normalize_then_sum"), r"multi_objective_aggregation"),
         (dict(scale_rewards="std"), r"scale_rewards"),
+        # as a careless user writes them (Python, YAML or the command line)
+        (dict(ordergrad_k="4"), r"ordergrad_k must be a positive integer, got '4'"),
+        (dict(ordergrad_estimator_kwargs="{beta: 2}"),
+         r"ordergrad_estimator_kwargs must be a dict.*got '\{beta: 2\}': not valid JSON"),
+        (dict(num_generations=0), r"num_generations must be an integer >= 2.*got 0"),
+        (dict(num_generations_eval=0), r"num_generations_eval must be an integer >= 1"),
+        (dict(ordergrad_objective="0,0,0,0", ordergrad_k=4), r"ordergrad_objective='0,0,0,0' has all-zero weights"),
+        (dict(ordergrad_schedule=["0 ReMax@4", "5 0,0@2"]), r"ordergrad_schedule\[1\].*all-zero weights"),
+        (dict(reward_weights=[float("nan")]), r"reward_weights must be finite numbers.*nan"),
+        (dict(reward_weights=[0.0, 0]), r"reward_weights are all zero"),
     ],
 )
 def test_bad_config_raises_at_construction(cpu_training_args, overrides, match):
     with pytest.raises(ValueError, match=match):
         OrderGradConfig(**cpu_training_args, **overrides)
+
+
+def test_careless_values_from_the_command_line_and_yaml_name_the_field(tmp_path):
+    from trl import TrlParser
+
+    cli = ["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
+
+    def parse(argv):
+        return TrlParser((OrderGradConfig,)).parse_args_and_config(cli + argv)
+
+    with pytest.raises(ValueError, match=r"ordergrad_estimator_kwargs must be a dict.*not valid JSON"):
+        parse(["--ordergrad_estimator", "rs_grpo", "--ordergrad_estimator_kwargs", "{beta: 2}"])
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("num_generations: 0\n")
+    with pytest.raises(ValueError, match=r"num_generations must be an integer >= 2"):
+        parse(["--config", str(yaml_file)])
+    yaml_file.write_text("ordergrad_estimator: rs_grpo\nordergrad_estimator_kwargs: {beta: 2}\n")  # a YAML mapping
+    (args,) = parse(["--config", str(yaml_file), "--per_device_train_batch_size", "8"])
+    assert args.ordergrad_plan.stages[0].context.options == {"beta": 2}

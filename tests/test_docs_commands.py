@@ -122,7 +122,7 @@ def check_gpu_launch(launcher: list[str], script_args: list[str]) -> None:
 
     parser = TrlParser((recipe.MathScriptArguments, OrderGradConfig, ModelConfig))
     _, training_args, _ = parser.parse_args_and_config(absolute(script_args) + ["--bf16", "false", "--use_cpu", "true"])
-    assert training_args.num_generations > training_args.ordergrad_k
+    assert training_args.num_generations > max(s.k for s in training_args.ordergrad_plan.stages)
 
 
 def _load(path: Path, name: str):

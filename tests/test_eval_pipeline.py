@@ -152,7 +152,7 @@ def test_report_argument_errors(tmp_path):
     paths = PathArgs(str(tmp_path))
     for bad, match in [
         (dict(reward_weights="correct=1,length=2"), "reward_weights"),
-        (dict(objectives=["TopM:2"]), "Preset@K"),
+        (dict(objectives=["TopM:2"]), "needs '@K'"),
         (dict(objectives=["Bogus@4"]), "Invalid objective"),
         (dict(cvar_q=0.0), "cvar_q"),
     ]:

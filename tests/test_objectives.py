@@ -133,3 +133,16 @@ def test_bad_objectives_raise_with_valid_forms(objective, k):
 def test_bad_k(k):
     with pytest.raises(ValueError, match="k must be"):
         rank_weights("Mean", k)
+
+
+def test_docs_preset_table_is_generated_from_the_registry():
+    """docs/objectives.md shows `preset_table()` verbatim: the registry is the one source of presets."""
+    from pathlib import Path
+
+    from ordergrad_trl.core.objectives import PRESETS, VALID_OBJECTIVES, preset_table
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "objectives.md").read_text()
+    assert preset_table() in docs, "docs/objectives.md's preset table is stale: paste preset_table() there"
+    for preset in PRESETS:  # every preset is parsed, listed in errors, and its example is valid
+        assert preset.form in VALID_OBJECTIVES
+        assert rank_weights(preset.example.lower(), 4).shape == (4,)

@@ -33,7 +33,7 @@ def parse(recipe, argv):
 def test_every_config_parses(recipe, config):
     # GPU configs ask for bf16, which transformers refuses on a CPU-only machine: override just that here
     script_args, training_args, model_args = parse(recipe, ["--config", str(config), "--bf16", "false", "--use_cpu", "true"])
-    assert training_args.num_generations > training_args.ordergrad_k
+    assert training_args.num_generations > max(s.k for s in training_args.ordergrad_plan.stages)
     assert "vllm_mode" in config.read_text() or not training_args.use_vllm  # always written out for vLLM configs
     assert script_args.dataset_name
 
@@ -50,6 +50,13 @@ def test_bad_objective_fails_at_parse_time(recipe):
         parse(recipe, ["--config", str(REPO / "recipes/configs/cpu_quickstart.yaml"), "--ordergrad_objective", "CVaR:2"])
     with pytest.raises(ValueError, match="reward_funcs"):
         parse(recipe, ["--config", str(REPO / "recipes/configs/cpu_quickstart.yaml"), "--reward_funcs", "nope"])
+
+
+def test_yaml_string_where_a_list_belongs_names_the_field(recipe, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "recipes/configs/cpu_quickstart.yaml").read_text() + "reward_funcs: math\n")
+    with pytest.raises(ValueError, match=r"reward_funcs must be a list .* got 'math'; in YAML write a list"):
+        parse(recipe, ["--config", str(bad)])
 
 
 @pytest.mark.parametrize("k,m,n", [(2, 1, 8), (4, 2, 8), (4, 3, 6), (8, 2, 16)])

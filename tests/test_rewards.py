@@ -1,4 +1,4 @@
-"""Tests for `ordergrad_trl.tasks.rewards`: math-verify pitfalls, the hard per-item bound, TRL's calling convention, and
+"""Tests for `ordergrad_trl.tasks.rewards` and its `math_verify_pool`: math-verify pitfalls, the hard per-item bound, TRL's calling convention, and
 the public MATH-500 / GSM8K reference solutions (skipped when /work/shared/data is absent)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from math_verify import parse, verify
 
-from ordergrad_trl.tasks import rewards
-from ordergrad_trl.tasks.rewards import format_reward, gsm8k_gold, length_penalty, math_reward, score_completions
+from ordergrad_trl.tasks import math_verify_pool as pool
+from ordergrad_trl.tasks.rewards import format_reward, length_penalty, math_reward, score_completions
+from ordergrad_trl.tasks.sets import gsm8k_gold
 
 DATA = Path(os.environ.get("ORDERGRAD_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 WORKERS = 2  # every test uses the same pool size so the pool is built once
@@ -116,14 +117,14 @@ def warm_pool():
     """Score until every worker has reported ready (a call returns as soon as its items are done)."""
     for _ in range(200):
         score(["warm"] * 8, ["1"] * 8)
-        if all(w.ready for w in rewards._POOL.workers):
+        if all(w.ready for w in pool._POOL.workers):
             return
         time.sleep(0.05)
     raise AssertionError("workers did not start")
 
 
 def _worker_pids():
-    return [w.proc.pid for w in rewards._POOL.workers]
+    return [w.proc.pid for w in pool._POOL.workers]
 
 
 def test_slow_sympy_item_is_killed_at_the_hard_bound():
@@ -156,7 +157,7 @@ def test_stuck_worker_is_killed_and_replaced():
 
 def test_worker_that_died_while_idle_is_replaced():
     warm_pool()
-    dead = rewards._POOL.workers[0].proc
+    dead = pool._POOL.workers[0].proc
     dead.kill()
     dead.wait()
     assert score([rf"\boxed{{{i}}}" for i in range(16)], [str(i) for i in range(16)]) == [1.0] * 16
@@ -190,20 +191,35 @@ def test_defaults_from_environment(monkeypatch):
     cpus = len(os.sched_getaffinity(0))
     monkeypatch.delenv("ORDERGRAD_REWARD_WORKERS", raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert rewards._default_workers() == min(4, cpus)
+    assert pool._default_workers() == min(4, cpus)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cpus))  # torchrun: the ranks on a node share its cores
-    assert rewards._default_workers() == 1
+    assert pool._default_workers() == 1
+    assert pool.reward_env_settings() == (10.0, 1)
     monkeypatch.setenv("ORDERGRAD_REWARD_WORKERS", "3")
-    assert rewards._default_workers() == 3
+    monkeypatch.setenv("ORDERGRAD_REWARD_TIMEOUT_S", "2.5")
+    assert pool.reward_env_settings() == (2.5, 3)
     monkeypatch.setenv("ORDERGRAD_REWARD_TIMEOUT_S", "0")
     with pytest.raises(ValueError, match="ORDERGRAD_REWARD_TIMEOUT_S"):
         score(["a"], ["1"])
 
 
+@pytest.mark.parametrize(
+    "variable, value",
+    [("ORDERGRAD_REWARD_WORKERS", "abc"), ("ORDERGRAD_REWARD_WORKERS", "0"), ("ORDERGRAD_REWARD_TIMEOUT_S", "abc"),
+     ("ORDERGRAD_REWARD_TIMEOUT_S", "-1")],
+)  # fmt: skip
+def test_malformed_environment_fails_at_import_naming_the_variable(variable, value):
+    """Before any training step: importing the reward module (as a recipe does at startup) raises."""
+    env = dict(os.environ, **{variable: value})
+    code = "import ordergrad_trl.tasks.rewards"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and f"{variable} must be" in result.stderr and repr(value) in result.stderr
+
+
 def test_shutdown_then_restart():
     score(["warm"], ["1"])
-    procs = [w.proc for w in rewards._POOL.workers]
-    rewards.shutdown()
+    procs = [w.proc for w in pool._POOL.workers]
+    pool.shutdown()
     assert all(p.poll() is not None for p in procs)
     assert score([r"\boxed{3}"], ["3"]) == [1.0]
 
@@ -212,8 +228,8 @@ def test_forked_child_builds_its_own_pool():
     score(["warm"], ["1"])
     pid = os.fork()
     if pid == 0:  # child: must not talk to the parent's workers
-        ok = rewards._POOL is None and score([r"\boxed{7}"], ["7"]) == [1.0]
-        rewards.shutdown()
+        ok = pool._POOL is None and score([r"\boxed{7}"], ["7"]) == [1.0]
+        pool.shutdown()
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
@@ -243,7 +259,7 @@ def nested_fraction(depth):
 def busy_cores():
     """One CPU-burning process per core for the test's duration (each also stops itself after 120 s)."""
     burn = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass"
-    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(rewards._cpus())]
+    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(pool._cpus())]
     time.sleep(0.5)
     yield len(procs)
     for proc in procs:
@@ -252,49 +268,40 @@ def busy_cores():
 
 
 def test_slow_gold_scores_one_with_every_core_busy(busy_cores):
-    rewards.shutdown()  # fresh workers: no gold cached
+    pool.shutdown()  # fresh workers: no gold cached
     warm_pool()
-    rewards.pop_counts()
     preds = [rf"\boxed{{{SLOW_GOLD}}}", r"\boxed{5}"] * 2
     out, status = score(preds, [SLOW_GOLD] * 4, return_status=True)  # default budget
     assert out == [1.0, 0.0, 1.0, 0.0] and status == ["ok"] * 4
-    assert rewards.pop_counts() == {"scored": 4, "timeouts": 0, "unscorable": 0}
 
 
 def test_timed_out_gold_is_unscorable_counted_and_never_cached():
     warm_pool()
-    rewards.pop_counts()
     before = _worker_pids()
     preds = [rf"\boxed{{{SLOWER_GOLD}}}", r"\boxed{5}"]
     # a 2 s bound leaves math-verify a 1 s alarm: the gold's parse times out, reported as such (not a silent 0)
     out, status = score(preds, [SLOWER_GOLD] * 2, timeout_s=2, return_status=True)
     assert out == [None, None] and status == ["timeout", "timeout"]
-    assert rewards.pop_counts() == {"scored": 2, "timeouts": 2, "unscorable": 0}
     assert _worker_pids() == before  # math-verify's own alarm, not the hard kill: the workers (and caches) live on
     # the same workers, the default budget: the failure was not cached
-    assert score(preds, [SLOWER_GOLD] * 2) == [1.0, 0.0]
-    assert rewards.pop_counts()["timeouts"] == 0
+    assert score(preds, [SLOWER_GOLD] * 2, return_status=True) == ([1.0, 0.0], ["ok", "ok"])
 
 
 def test_gold_parse_killed_at_the_hard_bound_is_unscorable_for_its_whole_group():
-    rewards.shutdown()  # fresh workers: the gold is not cached from an earlier test
+    pool.shutdown()  # fresh workers: the gold is not cached from an earlier test
     warm_pool()
-    rewards.pop_counts()
     preds, golds = [rf"\boxed{{{i}}}" for i in range(6)] + [r"\boxed{3}"] * 2, [SLOWER_GOLD] * 6 + ["3"] * 2
     out, status = score(preds, golds, timeout_s=0.5, return_status=True)
     assert out == [None] * 6 + [1.0] * 2  # no item of the group retried the gold after a kill; others unaffected
     assert status == ["timeout"] * 6 + ["ok"] * 2
-    assert rewards.pop_counts()["timeouts"] == 6
 
 
 def test_comparison_time_out_is_counted():
     gold, num, den = nested_fraction(18)
     preds = [rf"\boxed{{\frac{{{num}}}{{{den}}}}}", rf"\boxed{{\frac{{{num + 1}}}{{{den}}}}}"]
     warm_pool()
-    rewards.pop_counts()
     out, status = score(preds, [gold] * 2, timeout_s=5, return_status=True)  # alarms of 4 s: the gold fits
     assert out == [1.0, 0.0] and status == ["ok", "timeout"]
-    assert rewards.pop_counts() == {"scored": 2, "timeouts": 1, "unscorable": 0}
 
 
 def test_a_group_of_256_long_completions():
@@ -305,17 +312,13 @@ def test_a_group_of_256_long_completions():
     answers = [r"\frac{7}{12}" if ok else rng.choice([r"\frac{5}{12}", "0.5", r"\frac{7}{13}"]) for ok in truth]
     preds = [steps + rf"So the answer is $\boxed{{{a}}}$." for a in answers]
     assert min(map(len, preds)) > 12_000
-    rewards.pop_counts()
-    assert score(preds, [r"\frac{7}{12}"] * 256) == [1.0 if ok else 0.0 for ok in truth]
-    assert rewards.pop_counts() == {"scored": 256, "timeouts": 0, "unscorable": 0}
+    out, status = score(preds, [r"\frac{7}{12}"] * 256, return_status=True)
+    assert out == [1.0 if ok else 0.0 for ok in truth] and status == ["ok"] * 256
 
 
-def test_unscorable_golds_are_counted():
-    rewards.pop_counts()
+def test_unscorable_golds_are_reported():
     out, status = score([r"\boxed{1}"] * 3, ["", "$$", "1"], return_status=True)
     assert out == [None, None, 1.0] and status == ["unscorable", "unscorable", "ok"]
-    assert rewards.pop_counts() == {"scored": 3, "timeouts": 0, "unscorable": 2}
-    assert rewards.pop_counts() == {"scored": 0, "timeouts": 0, "unscorable": 0}  # popped: reset
 
 
 def test_pool_size_without_sched_getaffinity(monkeypatch):
@@ -324,9 +327,9 @@ def test_pool_size_without_sched_getaffinity(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     monkeypatch.delenv("ORDERGRAD_REWARD_WORKERS", raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert rewards._cpus() == 3 and rewards._default_workers() == 3
+    assert pool._cpus() == 3 and pool._default_workers() == 3
     monkeypatch.setattr(os, "cpu_count", lambda: None)  # "undetermined"
-    assert rewards._default_workers() == 1
+    assert pool._default_workers() == 1
 
 
 # --------------------------------------------------------------------------------------- TRL reward functions
@@ -405,7 +408,6 @@ def test_trainer_logs_time_outs_and_unscorable_items(tiny_model, tiny_tokenizer,
 
     from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 
-    rewards.pop_counts()
     data = Dataset.from_dict({"prompt": ["What is 1+1?", "And 2+2?"], "answer": [SLOWER_GOLD, ""]})
     args = OrderGradConfig(
         **cpu_training_args, per_device_train_batch_size=6, num_generations=3, ordergrad_k=2, max_steps=1,
@@ -419,5 +421,6 @@ def test_trainer_logs_time_outs_and_unscorable_items(tiny_model, tiny_tokenizer,
         trainer.train()
     finally:
         del os.environ["ORDERGRAD_REWARD_TIMEOUT_S"]
-    logged = [h for h in trainer.state.log_history if "ordergrad/reward_timeouts" in h]
-    assert logged and logged[0]["ordergrad/reward_timeouts"] == 3 and logged[0]["ordergrad/reward_unscorable"] == 3
+    # through TRL's log_metric: fractions of the batch's 6 rollouts (3 slow golds, 3 empty ones)
+    logged = [h for h in trainer.state.log_history if "math_reward/timeout_frac" in h]
+    assert logged and logged[0]["math_reward/timeout_frac"] == 0.5 and logged[0]["math_reward/unscorable_frac"] == 0.5

@@ -173,7 +173,7 @@ def test_schedule_switches_objective_and_k_at_the_right_step(tiny_model, tiny_to
         tiny_model, tiny_tokenizer, cpu_training_args, trainer_cls=OrderRecordingTrainer, max_steps=3,
         ordergrad_schedule=[f"0 {OBJECTIVE}@4", "1 TopM:2@3", "2 Mean@2"],
     )  # fmt: skip
-    assert (trainer.args.ordergrad_objective, trainer.args.ordergrad_k) == (OBJECTIVE, 4)  # the first stage
+    assert (trainer.ordergrad_objective, trainer.ordergrad_k) == (OBJECTIVE, 4)  # the first stage
     trainer.train()
 
     def expected_fn(step, per_func):
@@ -315,15 +315,17 @@ def test_bad_zoo_config_raises_at_construction(cpu_training_args, overrides, mat
 def test_config_resolution(cpu_training_args):
     c = config(cpu_training_args, ordergrad_estimator=" RS_GRPO ", ordergrad_estimator_kwargs='{"beta": "3"}')
     assert c.ordergrad_estimator == "rs_grpo" and c.ordergrad_estimator_kwargs == {"beta": 3}  # JSON from the CLI
-    assert c.ordergrad_estimator_params(c.ordergrad_stages()[0]) == {"beta": 3}
+    assert c.ordergrad_plan.stages[0].context.options == {"beta": 3}
 
+    # the std is scale_rewards' alone, applied by the trainer after any estimator (grpo included)
     c = config(cpu_training_args, ordergrad_estimator="grpo", scale_rewards=True)
-    assert c.ordergrad_estimator_params(c.ordergrad_stages()[0]) == {"scale": "group"}
-    assert c.ordergrad_estimator_scales() and not config(cpu_training_args).ordergrad_estimator_scales()
+    assert c.ordergrad_plan.scale == "group" and c.ordergrad_plan.stages[0].context.options == {}
+    assert config(cpu_training_args).ordergrad_plan.scale == "none"
 
     c = config(cpu_training_args, ordergrad_estimator="pkpo", ordergrad_schedule=["0 ReMax@6", "50 ReMax@2"])
-    assert (c.ordergrad_objective, c.ordergrad_k) == ("ReMax", 6)  # overwritten with the first stage
-    assert [c.ordergrad_estimator_params(s) for s in c.ordergrad_stages()] == [{"k": 6}, {"k": 2}]
+    assert (c.ordergrad_objective, c.ordergrad_k) == (None, None)  # the fields keep what was set; the plan trains
+    stages = c.ordergrad_plan.stages
+    assert [(s.start_step, s.objective, s.context.k) for s in stages] == [(0, "ReMax", 6), (50, "ReMax", 2)]
     assert [(s.start_step, s.k) for s in c.ordergrad_stages()] == [(0, 6), (50, 2)]
 
     c = config(cpu_training_args, ordergrad_k=3, ordergrad_reward_objectives=["0,0,0.5,0.5@4", " Mean "])

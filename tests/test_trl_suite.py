@@ -1,7 +1,8 @@
 """TRL's own GRPO tests against OrderGrad: a fast subset of the documented command, run from outside the repo.
 
-The full run (`python benchmarks/trl_suite/run.py`, about an hour on 2 CPU cores) is documented in docs/;
-here the same command gets `-k` with 4 tests, kept few for CI time: a minimal trainer (reward model, default
+The tests come from a TRL source checkout: `../shared/trl` beside the repository (run.py's default `--trl-dir`);
+without one this test is skipped. The full run (`python benchmarks/trl_suite/run.py`, about an hour on 2 CPU
+cores) is documented in docs/; here the same command gets `-k` with 4 tests, kept few for CI time: a minimal trainer (reward model, default
 groups), training with several weighted reward functions in groups of 3, a helper called through the class, and
 one by-design rejection, so that both the substitution and the comparison logic run in CI.
 """
@@ -37,7 +38,15 @@ def documented_command() -> list[str]:
     return list(commands[0].argv)
 
 
+TRL_DIR = REPO.parent / "shared" / "trl"
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX paths")
+@pytest.mark.skipif(
+    not (TRL_DIR / "tests" / "test_grpo_trainer.py").is_file(),
+    reason=f"no TRL checkout at {TRL_DIR} (run.py's default --trl-dir): git clone --branch v1.16.0 "
+    f"https://github.com/huggingface/trl {TRL_DIR}",
+)
 def test_trl_suite_subset_against_stock_grpo(tmp_path):
     argv = documented_command()
     assert argv[:2] == ["python", "benchmarks/trl_suite/run.py"], argv

@@ -1,1 +1,1 @@
-"""TRL's own GRPO trainer tests, vendored, run against OrderGrad and stock GRPO by run.py."""
+"""Runs TRL's own GRPO trainer tests, from a TRL checkout, against OrderGrad and stock GRPO (run.py)."""

@@ -1,16 +1,19 @@
 """TRL's own GRPO trainer tests, run against stock GRPOTrainer and against OrderGradTrainer, compared per test.
 
-    python benchmarks/trl_suite/run.py                       # both runs + comparison (~1 h on 2 busy CPU cores)
-    python benchmarks/trl_suite/run.py --trainer ordergrad   # one run
+    git clone --branch v1.16.0 https://github.com/huggingface/trl ../trl   # TRL's tests: a TRL source checkout
+    python benchmarks/trl_suite/run.py --trl-dir ../trl             # both runs + comparison (~1 h on 2 busy cores)
+    python benchmarks/trl_suite/run.py --trainer ordergrad         # one run, TRL checkout in ../shared/trl
     python benchmarks/trl_suite/run.py -k "loss_types or scale_rewards" --output /tmp/trl_suite
 
-Offline: the test file is vendored (`test_grpo_trainer.py`, TRL commit f2cd577, Apache-2.0) and `conftest.py`
-serves tiny stand-ins for the Hub models and datasets. Each run is `pytest` in a subprocess with
-ORDERGRAD_TRL_SUITE_TRAINER=grpo|ordergrad and a JUnit report; the comparison puts every test in one class:
+The tests are read from the TRL checkout (`--trl-dir`, default `../shared/trl` beside the repository when it
+exists): its `tests/test_grpo_trainer.py` with TRL's own `tests/conftest.py`. Nothing of TRL is copied here;
+`plugin.py` (ours) substitutes the trainer and serves offline stand-ins for the Hub models and datasets
+(`stand_ins.py`). Each run is `pytest` in a subprocess, in the checkout, with ORDERGRAD_TRL_SUITE_TRAINER=
+grpo|ordergrad and a JUnit report; the comparison puts every test in one class:
 
 - passed: passes with OrderGrad (and with GRPO);
 - skipped (GPU/vLLM/optional packages): skipped in both runs, with the skip reason;
-- fails with stock GRPO too: API drift between the vendored tests (TRL main) and the installed TRL 1.16, or a
+- fails with stock GRPO too: API drift between the checkout's tests (../shared/trl: TRL main) and TRL 1.16, or a
   Hub model/dataset without an offline stand-in; not OrderGrad's doing;
 - by design: fails with OrderGrad only, with the error listed in `BY_DESIGN` (reason and what to set instead);
 - regression: fails with OrderGrad only, for any other reason (exit status 1).
@@ -31,7 +34,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-TEST_FILE = HERE / "test_grpo_trainer.py"
+DEFAULT_TRL_DIR = REPO.parent / "shared" / "trl"  # a TRL checkout (tests/, pyproject.toml) shared beside the repo
+TEST_FILE = Path("tests") / "test_grpo_trainer.py"  # in the TRL checkout
+CLONE = "git clone --branch v1.16.0 https://github.com/huggingface/trl"
 
 # Tests that fail with OrderGrad by design: test name pattern -> (regex the failure must match, why, what to set).
 BY_DESIGN = {
@@ -44,15 +49,31 @@ BY_DESIGN = {
 }
 
 
-def run_pytest(trainer: str, out_dir: Path, extra: list[str], timeout: float) -> Path:
+def trl_checkout(path: str | None) -> Path:
+    """The TRL source checkout whose tests run: `--trl-dir`, else `../shared/trl` beside the repository."""
+    trl_dir = Path(path).expanduser().resolve() if path else DEFAULT_TRL_DIR
+    if not (trl_dir / TEST_FILE).is_file():
+        where = f"--trl-dir {path}" if path else f"no --trl-dir given and the default {DEFAULT_TRL_DIR}"
+        raise SystemExit(f"{where}: no {TEST_FILE} there. Pass --trl-dir DIR, a TRL source checkout: {CLONE}")
+    return trl_dir
+
+
+def run_pytest(trainer: str, trl_dir: Path, out_dir: Path, extra: list[str], timeout: float) -> Path:
     junit = out_dir / f"{trainer}.xml"
-    env = dict(os.environ, ORDERGRAD_TRL_SUITE_TRAINER=trainer, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    cmd = [sys.executable, "-m", "pytest", str(TEST_FILE), "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-           f"--junitxml={junit}", "-W", "ignore::DeprecationWarning", *extra]  # fmt: skip
-    print(f"[{time.strftime('%H:%M:%S')}] {trainer}: {' '.join(cmd)}", flush=True)
+    # the plugin is imported from this repository; the tests as the package `tests` of the TRL checkout (the cwd)
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, ORDERGRAD_TRL_SUITE_TRAINER=trainer, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               PYTHONPATH=pythonpath, PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    cmd = [sys.executable, "-m", "pytest", str(TEST_FILE), "-q", "-p", "no:cacheprovider", "-p",
+           "benchmarks.trl_suite.plugin", "-o", "addopts=", f"--junitxml={junit}", "-W", "ignore::DeprecationWarning",
+           *extra]  # fmt: skip
+    print(f"[{time.strftime('%H:%M:%S')}] {trainer}: {' '.join(cmd)} (in {trl_dir})", flush=True)
     with open(out_dir / f"{trainer}.log", "w") as log:
-        subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        subprocess.run(cmd, cwd=trl_dir, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False)
     print(f"[{time.strftime('%H:%M:%S')}] {trainer}: done, log {out_dir / f'{trainer}.log'}", flush=True)
+    if not junit.is_file():  # pytest stopped before running tests (e.g. a collection or plugin error)
+        tail = (out_dir / f"{trainer}.log").read_text().splitlines()[-20:]
+        raise SystemExit(f"{trainer}: pytest wrote no JUnit report; the end of its log:\n" + "\n".join(tail))
     return junit
 
 
@@ -116,6 +137,7 @@ def report(classes: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trl-dir", help=f"TRL source checkout with tests/ (default: {DEFAULT_TRL_DIR}); {CLONE}")
     parser.add_argument("--trainer", choices=["both", "grpo", "ordergrad"], default="both")
     parser.add_argument("--output", default="outputs/trl_suite", help="directory for logs, JUnit files, summary")
     parser.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per pytest run")
@@ -126,8 +148,9 @@ def main(argv=None) -> int:
 
     trainers = ["grpo", "ordergrad"] if args.trainer == "both" else [args.trainer]
     if not args.compare_only:
+        trl_dir = trl_checkout(args.trl_dir)
         for trainer in trainers:
-            run_pytest(trainer, out_dir, extra, args.timeout)
+            run_pytest(trainer, trl_dir, out_dir, extra, args.timeout)
     results = {t: read_junit(out_dir / f"{t}.xml") for t in trainers if (out_dir / f"{t}.xml").exists()}
     if len(results) < 2:
         for trainer, res in results.items():

@@ -32,15 +32,19 @@ not). `grpo` with `scale="none"` is `(n-1)/n` times `rloo`, so unbiased for `(n-
 consistent (N -> infinity) but finite-N biased estimate of `grad (1/beta) log E[exp(beta R)]`.
 
 Use `get_estimator(name)` (or `ESTIMATORS`) to look one up, `bind_estimator(name, **params)` to fix its parameters
-and check them once, e.g. at config time.
+and check them once. Trainers call each one alike, `ESTIMATOR_SPECS[name](rewards, context)` with one shared
+`EstimatorContext` (as verl's estimators share one signature); the std of `scale_rewards` is `scale_advantages`,
+applied once after any of them (TRL's GRPO is `grpo` then `scale_advantages(..., "group")`).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import torch
 
@@ -48,6 +52,10 @@ from .advantage import _float64_device, _order_statistic_pmf, _out_dtype, lstat_
 from .objectives import rank_weights
 
 __all__ = [
+    "EstimatorContext",
+    "EstimatorSpec",
+    "ESTIMATOR_SPECS",
+    "scale_advantages",
     "ESTIMATORS",
     "get_estimator",
     "estimator_params",
@@ -109,6 +117,20 @@ def _nanstd(x: torch.Tensor, dim=None, keepdim: bool = False) -> torch.Tensor:
     return torch.where(count > 1, (ss / (count - 1).clamp(min=1)).sqrt(), torch.nan)
 
 
+def scale_advantages(advantages: torch.Tensor, rewards: torch.Tensor, scale: str) -> torch.Tensor:
+    """TRL's `scale_rewards`: `advantages / (std + 1e-4)`, the Bessel-corrected std of each group's rewards
+    (`"group"`, a group on the last axis) or of all rewards (`"batch"`), NaN rewards left out; `"none"` returns them
+    unchanged. Computed in float64, returned in the advantages' dtype and device; a std of one reward gives NaN."""
+    if scale not in _GRPO_SCALES:
+        raise ValueError(f"scale must be one of {_GRPO_SCALES} (TRL's scale_rewards), got {scale!r}")
+    if scale == "none":
+        return advantages
+    r = rewards.to(_float64_device(rewards)).to(torch.float64)
+    std = _nanstd(r, dim=-1, keepdim=True) if scale == "group" else _nanstd(r)  # (..., 1) or ()
+    scaled = advantages.to(r.device).to(torch.float64) / (std + 1e-4)
+    return scaled.to(advantages.dtype).to(advantages.device)
+
+
 def grpo(rewards: torch.Tensor, *, scale: str = "group") -> torch.Tensor:
     """GRPO (Shao et al. 2024, DeepSeekMath), as TRL 1.16's `GRPOTrainer` computes it (`scale_rewards`).
 
@@ -121,11 +143,7 @@ def grpo(rewards: torch.Tensor, *, scale: str = "group") -> torch.Tensor:
     if scale not in _GRPO_SCALES:
         raise ValueError(f"grpo: scale must be one of {_GRPO_SCALES} (TRL's scale_rewards), got {scale!r}")
     r, out = _prepare(rewards, "grpo")
-    adv = r - torch.nanmean(r, dim=-1, keepdim=True)  # (..., N)
-    if scale == "group":
-        adv = adv / (_nanstd(r, dim=-1, keepdim=True) + 1e-4)
-    elif scale == "batch":
-        adv = adv / (_nanstd(r) + 1e-4)
+    adv = scale_advantages(r - torch.nanmean(r, dim=-1, keepdim=True), r, scale)  # (..., N)
     return torch.nan_to_num(adv, nan=0.0).to(out.dtype).to(out.device)  # NaN: unscorable, or a std of one reward
 
 
@@ -299,14 +317,46 @@ def rs_grpo(rewards: torch.Tensor, *, beta: float = 2.0) -> torch.Tensor:
     return torch.where(valid & (n > 1), adv, 0.0).to(out.dtype).to(out.device)
 
 
+@dataclass(frozen=True)
+class EstimatorContext:
+    """Everything an estimator is called with besides the rewards: one signature for all of them."""
+
+    objective: str = "TopM:2"  # the L-statistic objective (read by `ordergrad` only)
+    k: int = 4  # K, the rollouts the objective is defined over
+    options: Mapping[str, Any] = field(default_factory=dict)  # the estimator's own, e.g. {"beta": 2.0}
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator: its function, its keyword parameters with defaults, and which of them the context's
+    `objective` / `k` fill (the rest are its own options, e.g. `rs_grpo`'s beta)."""
+
+    fn: Callable[..., torch.Tensor]
+    params: Mapping[str, Any]
+    reads: tuple[str, ...] = ()
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {name: value for name, value in self.params.items() if name not in self.reads}
+
+    def __call__(self, rewards: torch.Tensor, context: EstimatorContext) -> torch.Tensor:
+        """`(..., N)` rewards -> `(..., N)` advantages."""
+        return self.fn(rewards, **{name: getattr(context, name) for name in self.reads}, **context.options)
+
+
+ESTIMATOR_SPECS: Mapping[str, EstimatorSpec] = MappingProxyType({
+    "ordergrad": EstimatorSpec(ordergrad, {"objective": "TopM:2", "k": 4}, ("objective", "k")),
+    "grpo": EstimatorSpec(functools.partial(grpo, scale="none"), {}),  # its std: `scale_advantages`, by the caller
+    "rloo": EstimatorSpec(rloo, {}),
+    "maxk_tang": EstimatorSpec(maxk_tang, {"k": None}, ("k",)),
+    "passk_chen": EstimatorSpec(passk_chen, {"k": 4}, ("k",)),
+    "pkpo": EstimatorSpec(pkpo, {"k": 4}, ("k",)),
+    "rs_grpo": EstimatorSpec(rs_grpo, {"beta": 2.0}),
+})  # fmt: skip
+
+# name -> the function itself (with its own keyword parameters, e.g. `grpo(rewards, scale="group")`)
 ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
-    "ordergrad": ordergrad,
-    "grpo": grpo,
-    "rloo": rloo,
-    "maxk_tang": maxk_tang,
-    "passk_chen": passk_chen,
-    "pkpo": pkpo,
-    "rs_grpo": rs_grpo,
+    fn.__name__: fn for fn in (ordergrad, grpo, rloo, maxk_tang, passk_chen, pkpo, rs_grpo)
 }
 
 
@@ -319,14 +369,12 @@ def get_estimator(name: str) -> Callable[..., torch.Tensor]:
 
 
 def estimator_params(name: str) -> dict[str, object]:
-    """The keyword parameters of estimator `name` and their defaults (`inspect.Parameter.empty` if required)."""
-    sig = inspect.signature(get_estimator(name))
-    return {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    """The keyword parameters of estimator `name` and their defaults (`grpo`'s std is `scale_advantages`')."""
+    get_estimator(name)
+    return dict(ESTIMATOR_SPECS[name.strip().lower()].params)
 
 
-def bind_estimator(
-    name: str, *, num_generations: int | None = None, **params
-) -> Callable[[torch.Tensor], torch.Tensor]:
+def bind_estimator(name: str, *, num_generations: int | None = None, **params) -> Callable[..., torch.Tensor]:
     """`rewards (G, N) -> advantages (G, N)` with `params` fixed, checked now rather than at the first batch.
 
     Args:
@@ -338,7 +386,7 @@ def bind_estimator(
     Raises:
         ValueError: unknown estimator or parameter name, or a bad parameter value.
     """
-    fn = get_estimator(name)
+    fn = ESTIMATOR_SPECS[get_estimator(name).__name__].fn
     accepted = estimator_params(name)
     unknown = sorted(set(params) - set(accepted))
     if unknown:

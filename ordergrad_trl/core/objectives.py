@@ -5,52 +5,21 @@ One weight convention everywhere in this package: **ascending**, w[0] weighs the
 w[K-1] the largest. `rank_weights` is the only parser of objective strings; the trainer, the recipes and `eval/`
 all go through it, so a YAML file, the paper and the README mean the same thing by "TopM:2".
 
-Presets (case-insensitive; `Name:param`):
-
-| preset                         | meaning (on K draws)                                  | parameter range      |
-|--------------------------------|-------------------------------------------------------|----------------------|
-| `Mean`                         | mean (K=1 or Mean gives RLOO)                         |                      |
-| `ReMax` / `Max`                | best of K (binary rewards: pass@K)                    |                      |
-| `ReMin` / `Min`                | worst of K (binary rewards: pass^K)                   |                      |
-| `Median`                       | median (mean of the two middle ones for even K)       |                      |
-| `Rank:r`                       | the r-th largest (r=1 is the max)                     | 1 <= r <= K          |
-| `TopM:m`                       | mean of the m largest                                 | 1 <= m <= K          |
-| `BotM:m`                       | mean of the m smallest                                | 1 <= m <= K          |
-| `TrimM:m`                      | mean after dropping the m smallest and the m largest  | 0 <= m, 2m < K       |
-| `WinsorizedM:m`                | mean after clamping m values at each end to the next  | 0 <= m, 2m < K       |
-| `UpperTailMean:q`              | mean of the top ceil(qK) draws                        | 0 < q <= 1           |
-| `LowerTailMean:q` / `CVaR:q`   | mean of the bottom ceil(qK) draws                     | 0 < q <= 1           |
-| `Quantile:q`                   | Hazen quantile: plotting positions (j - 1/2)/K        | 0 <= q <= 1          |
-| `HarrellDavis:q`               | Harrell-Davis quantile (Beta((K+1)q, (K+1)(1-q)))     | 0 < q < 1            |
-| `GMD`                          | Gini mean difference E|X - X'|                        | K >= 2               |
-| `LMoment:r`                    | Hosking's r-th sample L-moment (r=2 is GMD/2)         | 1 <= r <= K          |
-
-Or give the K weights themselves: a sequence of numbers, or a string of comma-separated numbers.
+Presets (case-insensitive; `Name:param`) are the rows of `PRESETS`, one table from which `rank_weights`, the
+list of valid forms in its errors (`VALID_OBJECTIVES`), `OrderGradConfig`'s help and the preset table of
+docs/objectives.md (`preset_table()`) are generated. Or give the K weights themselves: a sequence of numbers, or
+a string of comma-separated numbers.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["rank_weights", "VALID_OBJECTIVES"]
-
-VALID_OBJECTIVES = (
-    "Mean, ReMax (Max), ReMin (Min), Median, Rank:r, TopM:m, BotM:m, TrimM:m, WinsorizedM:m, UpperTailMean:q, "
-    "LowerTailMean:q (CVaR:q), Quantile:q, HarrellDavis:q, GMD, LMoment:r, or K comma-separated weights "
-    "(ascending: the first weighs the smallest reward)"
-)
-
-_ALIASES = {"max": "remax", "min": "remin", "cvar": "lowertailmean"}
-_INT_PARAM = {"rank", "topm", "botm", "trimm", "winsorizedm", "lmoment"}
-_FLOAT_PARAM = {"uppertailmean", "lowertailmean", "quantile", "harrelldavis"}
-_NO_PARAM = {"mean", "remax", "remin", "median", "gmd"}
-
-
-def _fail(objective, k: int, why: str) -> ValueError:
-    return ValueError(f"Invalid objective {objective!r} for k={k}: {why}. Valid forms: {VALID_OBJECTIVES}.")
+__all__ = ["rank_weights", "PRESETS", "Preset", "VALID_OBJECTIVES", "preset_table"]
 
 
 def _tail_count(q: float, k: int) -> int:
@@ -58,14 +27,36 @@ def _tail_count(q: float, k: int) -> int:
     return math.ceil(round(q * k, 9))
 
 
-def _lmoment_weights(r: int, k: int) -> list[float]:
-    # Hosking (1990): l_r = sum_i p*_{r-1,i} b_i, b_i = (1/k) sum_j C(j-1,i)/C(k-1,i) x_(j),
-    # p*_{r,i} = (-1)^(r-i) C(r,i) C(r+i,i).
-    p = [(-1) ** (r - 1 - i) * math.comb(r - 1, i) * math.comb(r - 1 + i, i) for i in range(r)]
-    return [sum(p[i] * math.comb(j - 1, i) / math.comb(k - 1, i) for i in range(r)) / k for j in range(1, k + 1)]
+def _one_hot(j: int, k: int) -> list[float]:
+    return [1.0 if i == j else 0.0 for i in range(k)]
 
 
-def _harrell_davis_weights(q: float, k: int) -> list[float]:
+def _span_mean(lo: int, hi: int, k: int) -> list[float]:
+    """Equal weights on the ascending ranks lo..hi-1 (0-based)."""
+    return [1.0 / (hi - lo) if lo <= i < hi else 0.0 for i in range(k)]
+
+
+def _median(k: int) -> list[float]:
+    return _one_hot(k // 2, k) if k % 2 else _span_mean(k // 2 - 1, k // 2 + 1, k)
+
+
+def _winsorized(m: int, k: int) -> list[float]:
+    w = [1.0 / k if m <= i < k - m else 0.0 for i in range(k)]
+    w[m] += m / k
+    w[k - 1 - m] += m / k
+    return w
+
+
+def _quantile(q: float, k: int) -> list[float]:
+    h = min(max(k * q + 0.5, 1.0), float(k))  # Hazen position, 1-indexed
+    lo, frac = math.floor(h), h - math.floor(h)
+    w = _one_hot(lo - 1, k)
+    if frac > 0:
+        w[lo - 1], w[lo] = 1.0 - frac, frac
+    return w
+
+
+def _harrell_davis(q: float, k: int) -> list[float]:
     import mpmath  # a dependency of sympy, hence of torch and math-verify
 
     a, b = (k + 1) * q, (k + 1) * (1 - q)
@@ -73,90 +64,115 @@ def _harrell_davis_weights(q: float, k: int) -> list[float]:
     return [float(cdf[j + 1] - cdf[j]) for j in range(k)]
 
 
-def _preset(name: str, param: str | None, objective, k: int) -> list[float]:
-    name = _ALIASES.get(name, name)
-    if name in _NO_PARAM and param is not None:
-        raise _fail(objective, k, f"{name!r} takes no parameter")
-    if name in _INT_PARAM | _FLOAT_PARAM and param is None:
-        raise _fail(objective, k, "missing parameter after ':'")
-    if name in _INT_PARAM:
-        try:
-            p = int(param)
-        except ValueError:
-            raise _fail(objective, k, f"parameter {param!r} is not an integer") from None
-    elif name in _FLOAT_PARAM:
-        try:
-            p = float(param)
-        except ValueError:
-            raise _fail(objective, k, f"parameter {param!r} is not a number") from None
-        if not math.isfinite(p):
-            raise _fail(objective, k, "parameter must be finite")
+def _lmoment(r: int, k: int) -> list[float]:
+    # Hosking (1990): l_r = sum_i p*_{r-1,i} b_i, b_i = (1/k) sum_j C(j-1,i)/C(k-1,i) x_(j),
+    # p*_{r,i} = (-1)^(r-i) C(r,i) C(r+i,i).
+    p = [(-1) ** (r - 1 - i) * math.comb(r - 1, i) * math.comb(r - 1 + i, i) for i in range(r)]
+    return [sum(p[i] * math.comb(j - 1, i) / math.comb(k - 1, i) for i in range(r)) / k for j in range(1, k + 1)]
 
-    w = [0.0] * k
-    if name == "mean":
-        return [1.0 / k] * k
-    if name == "remax":
-        w[-1] = 1.0
-    elif name == "remin":
-        w[0] = 1.0
-    elif name == "median":
-        if k % 2:
-            w[k // 2] = 1.0
-        else:
-            w[k // 2 - 1] = w[k // 2] = 0.5
-    elif name == "rank":
-        if not 1 <= p <= k:
-            raise _fail(objective, k, "Rank:r needs 1 <= r <= k")
-        w[k - p] = 1.0
-    elif name in ("topm", "botm"):
-        if not 1 <= p <= k:
-            raise _fail(objective, k, f"{name}:m needs 1 <= m <= k")
-        span = range(k - p, k) if name == "topm" else range(p)
-        for j in span:
-            w[j] = 1.0 / p
-    elif name == "trimm":
-        if not (p >= 0 and 2 * p < k):
-            raise _fail(objective, k, "TrimM:m needs 0 <= m and 2m < k")
-        for j in range(p, k - p):
-            w[j] = 1.0 / (k - 2 * p)
-    elif name == "winsorizedm":
-        if not (p >= 0 and 2 * p < k):
-            raise _fail(objective, k, "WinsorizedM:m needs 0 <= m and 2m < k")
-        for j in range(p, k - p):
-            w[j] = 1.0 / k
-        w[p] += p / k
-        w[k - 1 - p] += p / k
-    elif name in ("uppertailmean", "lowertailmean"):
-        if not 0 < p <= 1:
-            raise _fail(objective, k, f"{name}:q needs 0 < q <= 1")
-        m = _tail_count(p, k)
-        span = range(k - m, k) if name == "uppertailmean" else range(m)
-        for j in span:
-            w[j] = 1.0 / m
-    elif name == "quantile":
-        if not 0 <= p <= 1:
-            raise _fail(objective, k, "Quantile:q needs 0 <= q <= 1")
-        h = min(max(k * p + 0.5, 1.0), float(k))  # Hazen position, 1-indexed
-        lo = math.floor(h)
-        frac = h - lo
-        w[lo - 1] = 1.0 - frac
-        if frac > 0:
-            w[lo] = frac
-    elif name == "harrelldavis":
-        if not 0 < p < 1:
-            raise _fail(objective, k, "HarrellDavis:q needs 0 < q < 1")
-        return _harrell_davis_weights(p, k)
-    elif name == "gmd":
-        if k < 2:
-            raise _fail(objective, k, "GMD needs k >= 2")
-        return [2.0 * (2 * j - k - 1) / (k * (k - 1)) for j in range(1, k + 1)]
-    elif name == "lmoment":
-        if not 1 <= p <= k:
-            raise _fail(objective, k, "LMoment:r needs 1 <= r <= k")
-        return _lmoment_weights(p, k)
-    else:
+
+@dataclass(frozen=True)
+class Preset:
+    """One named objective: `weights(p, k)` gives its K ascending rank weights where `valid(p, k)` holds."""
+
+    name: str  # as written in docs and errors, e.g. "TopM"
+    param: str | None  # the parameter's letter ("m", "q", "r"), None for a preset without one
+    kind: type | None  # int or float: how the parameter is parsed
+    meaning: str  # what J is over K draws (the docs' table)
+    valid_text: str  # the parameter range (or condition on K) as the docs and errors state it
+    valid: Callable[[float, int], bool]
+    weights: Callable[[float, int], list[float]]
+    example: str  # an instance whose weights at K=4 the docs' table shows
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def form(self) -> str:
+        """`TopM:m`, `Mean`: how the preset is written."""
+        return f"{self.name}:{self.param}" if self.param else self.name
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("Mean", None, None, "mean reward (RLOO)", "", lambda p, k: True, lambda p, k: [1.0 / k] * k, "Mean"),
+    Preset("ReMax", None, None, "best of K (pass@K for 0/1 rewards)", "", lambda p, k: True,
+           lambda p, k: _one_hot(k - 1, k), "ReMax", ("Max",)),
+    Preset("ReMin", None, None, "worst of K (pass^K for 0/1 rewards)", "", lambda p, k: True,
+           lambda p, k: _one_hot(0, k), "ReMin", ("Min",)),
+    Preset("Median", None, None, "median (mean of the two middle ones for even K)", "", lambda p, k: True,
+           lambda p, k: _median(k), "Median"),
+    Preset("Rank", "r", int, "r-th largest (`Rank:1` = max)", "1 <= r <= K", lambda r, k: 1 <= r <= k,
+           lambda r, k: _one_hot(k - r, k), "Rank:2"),
+    Preset("TopM", "m", int, "mean of the m largest", "1 <= m <= K", lambda m, k: 1 <= m <= k,
+           lambda m, k: _span_mean(k - m, k, k), "TopM:2"),
+    Preset("BotM", "m", int, "mean of the m smallest", "1 <= m <= K", lambda m, k: 1 <= m <= k,
+           lambda m, k: _span_mean(0, m, k), "BotM:2"),
+    Preset("TrimM", "m", int, "mean after dropping the m smallest and the m largest", "0 <= m, 2m < K",
+           lambda m, k: 0 <= m and 2 * m < k, lambda m, k: _span_mean(m, k - m, k), "TrimM:1"),
+    Preset("WinsorizedM", "m", int, "mean after clamping m values at each end to the next", "0 <= m, 2m < K",
+           lambda m, k: 0 <= m and 2 * m < k, _winsorized, "WinsorizedM:1"),
+    Preset("UpperTailMean", "q", float, "mean of the top ceil(qK) draws", "0 < q <= 1", lambda q, k: 0 < q <= 1,
+           lambda q, k: _span_mean(k - _tail_count(q, k), k, k), "UpperTailMean:0.5"),
+    Preset("LowerTailMean", "q", float, "mean of the bottom ceil(qK) draws (CVaR)", "0 < q <= 1",
+           lambda q, k: 0 < q <= 1, lambda q, k: _span_mean(0, _tail_count(q, k), k), "CVaR:0.5", ("CVaR",)),
+    Preset("Quantile", "q", float, "Hazen quantile (plotting positions (j-1/2)/K)", "0 <= q <= 1",
+           lambda q, k: 0 <= q <= 1, _quantile, "Quantile:0.25"),
+    Preset("HarrellDavis", "q", float, "Harrell-Davis quantile (Beta((K+1)q, (K+1)(1-q)))", "0 < q < 1",
+           lambda q, k: 0 < q < 1, _harrell_davis, "HarrellDavis:0.5"),
+    Preset("GMD", None, None, "Gini mean difference E\\|X-X'\\| (spread)", "K >= 2", lambda p, k: k >= 2,
+           lambda p, k: [2.0 * (2 * j - k - 1) / (k * (k - 1)) for j in range(1, k + 1)], "GMD"),
+    Preset("LMoment", "r", int, "Hosking's r-th sample L-moment (r=2 is GMD/2)", "1 <= r <= K",
+           lambda r, k: 1 <= r <= k, _lmoment, "LMoment:3"),
+)  # fmt: skip
+
+_BY_NAME = {name.lower(): preset for preset in PRESETS for name in (preset.name, *preset.aliases)}
+
+def _written(p: Preset) -> str:  # "LowerTailMean:q (CVaR:q)"
+    aliases = ", ".join(f"{a}:{p.param}" if p.param else a for a in p.aliases)
+    return f"{p.form} ({aliases})" if aliases else p.form
+
+
+VALID_OBJECTIVES = (
+    ", ".join(map(_written, PRESETS)) + ", or K comma-separated weights (ascending: the first weighs the smallest reward)"
+)
+
+
+def preset_table() -> str:
+    """The markdown table of docs/objectives.md: one row per preset, with its weights at K=4 computed here."""
+    rows = ["| preset | J over K draws | parameter range | weights at K=4 |", "|---|---|---|---|"]
+    for p in PRESETS:
+        names = " / ".join(f"`{n}:{p.param}`" if p.param else f"`{n}`" for n in (p.name, *p.aliases))
+        weights = ", ".join(f"{w:.3g}" for w in rank_weights(p.example, 4).tolist())
+        shown = f"`{p.example}`: {weights}" if p.param else weights
+        rows.append(f"| {names} | {p.meaning} | {p.valid_text} | {shown} |")
+    rows.append('| `"0,0,0.5,0.5"` | any K numbers (a string of comma-separated numbers, a sequence or a 1-D tensor) '
+                "| | |")
+    return "\n".join(rows)
+
+
+def _fail(objective, k: int, why: str) -> ValueError:
+    return ValueError(f"Invalid objective {objective!r} for k={k}: {why}. Valid forms: {VALID_OBJECTIVES}.")
+
+
+def _preset_weights(name: str, param: str | None, objective, k: int) -> list[float]:
+    preset = _BY_NAME.get(name)
+    if preset is None:
         raise _fail(objective, k, f"unknown preset {name!r}")
-    return w
+    if preset.kind is None:
+        if param is not None:
+            raise _fail(objective, k, f"{preset.name!r} takes no parameter")
+        value = None
+    else:
+        if param is None:
+            raise _fail(objective, k, "missing parameter after ':'")
+        try:
+            value = preset.kind(param)
+        except ValueError:
+            noun = "an integer" if preset.kind is int else "a number"
+            raise _fail(objective, k, f"parameter {param!r} is not {noun}") from None
+        if not math.isfinite(value):
+            raise _fail(objective, k, "parameter must be finite")
+    if not preset.valid(value, k):
+        raise _fail(objective, k, f"{preset.form} needs {preset.valid_text.replace('K', 'k')}")
+    return preset.weights(value, k)
 
 
 def rank_weights(objective: str | Sequence[float] | torch.Tensor, k: int) -> torch.Tensor:
@@ -182,7 +198,7 @@ def rank_weights(objective: str | Sequence[float] | torch.Tensor, k: int) -> tor
                 raise _fail(objective, k, "not a list of numbers") from None
         else:
             name, _, param = text.partition(":")
-            values = _preset(name.strip().lower(), param.strip() if ":" in text else None, objective, k)
+            values = _preset_weights(name.strip().lower(), param.strip() if ":" in text else None, objective, k)
     else:
         values = [float(v) for v in (objective.tolist() if isinstance(objective, torch.Tensor) else objective)]
     if len(values) != k:

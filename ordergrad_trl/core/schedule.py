@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ObjectiveStage", "parse_objective_schedule"]
+__all__ = ["ObjectiveStage", "parse_objective_at_k", "parse_objective_schedule"]
 
 
 @dataclass(frozen=True)
@@ -19,10 +19,15 @@ class ObjectiveStage:
     k: int
 
 
-def split_objective_at_k(
-    spec: str, default_k: int | None, field_name: str, entry: str | None = None
+def parse_objective_at_k(
+    spec: str, default_k: int | None = None, field_name: str = "objective", entry: str | None = None
 ) -> tuple[str, int]:
-    """`"OBJECTIVE@K"` (or `"OBJECTIVE"` if `default_k` is given) -> `(objective, K)`; the objective is not checked."""
+    """`"OBJECTIVE@K"` (or `"OBJECTIVE"` if `default_k` is given) -> `(objective, K)`, the one parser of this form.
+
+    `ValueError` names `field_name` (the config field or command-line flag the text came from) and the expected
+    form; the objective itself is not checked here (`rank_weights` does that)."""
+    if not isinstance(spec, str):
+        raise ValueError(f"{field_name}: expected a string 'OBJECTIVE@K' (e.g. 'TopM:2@4'), got {spec!r}.")
     entry = spec if entry is None else entry
     objective, at, k_text = spec.strip().rpartition("@")
     if not at:
@@ -66,7 +71,7 @@ def parse_objective_schedule(entries) -> list[ObjectiveStage]:
                 f"ordergrad_schedule: entry {entry!r} must be 'STEP OBJECTIVE@K' with STEP a non-negative integer, "
                 "e.g. '100 ReMax@4'."
             )
-        objective, k = split_objective_at_k(spec, None, "ordergrad_schedule", entry)
+        objective, k = parse_objective_at_k(spec, None, "ordergrad_schedule", entry)
         stages.append(ObjectiveStage(step, objective, k))
     if stages[0].start_step != 0:
         raise ValueError(f"ordergrad_schedule must start at step 0, got {entries[0]!r} first.")

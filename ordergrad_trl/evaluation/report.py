@@ -57,19 +57,21 @@ def parse_reward_weights(text: str) -> dict[str, float]:
 
 
 def parse_objective(spec: str) -> tuple[str, int]:
-    """'TopM:2@4' -> ('TopM:2', 4); comma-separated weights may omit '@K'. Validated with rank_weights."""
+    """'TopM:2@4' -> ('TopM:2', 4) with the library's one `OBJECTIVE@K` parser; comma-separated weights may omit
+    '@K' (K = their number). Validated with rank_weights, whose error lists the valid presets."""
     from ordergrad_trl import rank_weights
+    from ordergrad_trl.core.schedule import parse_objective_at_k
 
-    obj, sep, k = spec.rpartition("@")
-    if not sep:
-        obj, k = spec, str(len(spec.split(","))) if "," in spec else ""
-    if not k.strip().isdigit():
-        raise UsageError(f"--objectives {spec!r} must be Preset@K, e.g. 'TopM:2@4' or 'CVaR:0.25@8'")
+    default_k = len(spec.split(",")) if "@" not in spec and "," in spec else None
     try:
-        rank_weights(obj, int(k))
+        obj, k = parse_objective_at_k(spec, default_k=default_k, field_name="--objectives")
+    except ValueError as err:  # names the flag and the form
+        raise UsageError(str(err)) from None
+    try:
+        rank_weights(obj, k)
     except ValueError as err:  # names the valid presets
         raise UsageError(f"--objectives {spec!r}: {err}") from None
-    return obj, int(k)
+    return obj, k
 
 
 def default_ks(n: int) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ordergrad_trl.tasks.rewards import score_completions
+from ordergrad_trl.tasks.math_verify_pool import score_completions
 
 __all__ = ["compute_score"]
 

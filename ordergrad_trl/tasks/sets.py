@@ -9,9 +9,15 @@ from types import MappingProxyType
 from typing import Any
 
 from .prompts import last_boxed
-from .rewards import gsm8k_gold
 
-__all__ = ["MATH_SETS", "REFERENCE_SOLUTION_SETS", "MathSetSpec", "get_math_set"]
+__all__ = ["MATH_SETS", "REFERENCE_SOLUTION_SETS", "MathSetSpec", "get_math_set", "gsm8k_gold"]
+
+
+def gsm8k_gold(answer_text: str) -> str:
+    """GSM8K gold: the text after the last `####`, thousands separators removed ("#### 1,450,000" -> "1450000")."""
+    if "####" not in answer_text:
+        raise ValueError(f"gsm8k answer_text has no '####' final-answer marker: {answer_text!r:.80}")
+    return answer_text.rsplit("####", 1)[1].strip().replace(",", "")
 
 
 def _scalar_to_str(value: Any) -> str | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,35 +15,16 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOConfig
 
-from ..core.estimators import ESTIMATORS, estimator_params
-from ..core.schedule import ObjectiveStage, parse_objective_schedule, split_objective_at_k, string_list
-from .checks import check_estimator, check_objective, check_reward_objectives, warn_about_eval_groups
+from ..core.objectives import VALID_OBJECTIVES
+from ..core.plan import DEFAULT_K, DEFAULT_OBJECTIVE, ObjectivePlan, build_plan, warn_about_eval_groups
+from ..core.schedule import ObjectiveStage
 
 logger = logging.getLogger(__name__)
 
 # On-policy, these loss types give a gradient along -(1/N) sum_i A_i grad log pi(o_i); the value is its scale.
 EXACT_LOSS_TYPES = {"luspo": "exactly 1", "dr_grpo": "1/max_completion_length (a constant)"}
 
-# K when `ordergrad_k` is unset, as long as num_generations allows it (K < num_generations).
-DEFAULT_K = 4
-DEFAULT_OBJECTIVE = "TopM:2"
-
-
-class _Resolved:
-    """Marks a default that `__post_init__` filled in from other fields. `dataclasses.replace` passes every field
-    back to `__init__`; a marked value is then resolved again from the copy's fields instead of sticking."""
-
-
-class _ResolvedStr(_Resolved, str):
-    pass
-
-
-class _ResolvedInt(_Resolved, int):
-    pass
-
-
-def _unset(value) -> bool:
-    return value is None or isinstance(value, _Resolved)
+__all__ = ["OrderGradConfig", "DEFAULT_K", "DEFAULT_OBJECTIVE"]
 
 
 def installed_vllm_version() -> str | None:
@@ -77,11 +60,9 @@ class OrderGradConfig(GRPOConfig):
         > Parameters that control the OrderGrad objective
 
         ordergrad_objective (`str`, *optional*):
-            Order-statistic objective over K rollouts: a preset (case-insensitive) such as `"Mean"`, `"ReMax"`
-            (pass@K for 0/1 rewards), `"ReMin"`, `"Median"`, `"Rank:r"`, `"TopM:m"`, `"BotM:m"`, `"TrimM:m"`,
-            `"WinsorizedM:m"`, `"UpperTailMean:q"`, `"LowerTailMean:q"` / `"CVaR:q"`, `"Quantile:q"`,
-            `"HarrellDavis:q"`, `"GMD"`, `"LMoment:r"`, or K comma-separated weights, ascending (`"0,0,0.5,0.5"`
-            is `"TopM:2"` at K=4). Parsed by [`~ordergrad_trl.rank_weights`]. If `None` (default), `"TopM:2"`
+            Order-statistic objective over K rollouts: a preset of `ordergrad_trl.core.objectives.PRESETS`
+            (case-insensitive) such as `"Mean"`, `"ReMax"` (pass@K for 0/1 rewards), `"TopM:m"` or `"CVaR:q"`, or
+            K comma-separated weights, ascending (`"0,0,0.5,0.5"` is `"TopM:2"` at K=4). Parsed by [`~ordergrad_trl.rank_weights`]. If `None` (default), `"TopM:2"`
             (the mean of the best 2 of K), or `"Mean"` when K is 1.
         ordergrad_k (`int`, *optional*):
             K, the number of rollouts the objective is defined over. Must be smaller than `num_generations`
@@ -100,7 +81,7 @@ class OrderGradConfig(GRPOConfig):
             centered), `"maxk_tang"` (unbiased for max@K, not centered), `"passk_chen"` (biased, centered, 0/1
             rewards only), `"pkpo"` (unbiased for max@K, not centered), `"rs_grpo"` (biased, centered). Estimators
             that take `k` get `ordergrad_k` (or the schedule's K), `"ordergrad"` gets `ordergrad_objective`, and
-            `"grpo"` gets `scale_rewards` as its `scale` (the trainer then does not divide a second time; set
+            `"grpo"` centers the rewards (the trainer applies `scale_rewards` after every estimator; set
             `scale_rewards="group"` for TRL's default GRPO). `ordergrad/objective` is always the estimate of
             J for `ordergrad_objective` over `ordergrad_k` (or the schedule's current ones), whichever estimator
             trains, so that runs with different estimators can be compared on one objective.
@@ -112,7 +93,7 @@ class OrderGradConfig(GRPOConfig):
             "100 ReMax@4", "200 Mean@1"]`: from optimizer step STEP (`trainer.state.global_step` when the rollouts
             are scored) on, train OBJECTIVE over K. The first entry starts at step 0, steps increase strictly, and
             every K must be smaller than `num_generations`. When set, it overrides `ordergrad_objective` and
-            `ordergrad_k`, which are overwritten with the first stage's values. With an estimator that takes `k`
+            `ordergrad_k`. With an estimator that takes `k`
             but no objective (`pkpo`, `passk_chen`, `maxk_tang`) only K changes the training signal (the objective
             changes the `ordergrad/objective` estimate); estimators with neither are rejected. Logged each step:
             `ordergrad/k` and `ordergrad/schedule_stage` (index of the active entry).
@@ -141,10 +122,11 @@ class OrderGradConfig(GRPOConfig):
     >   divide by the batch's token count, so the step size varies from batch to batch with completion length
     >   (which correlates with reward: biased across batches; `"cispo"` also scales by `epsilon_high`); `"grpo"`
     >   and `"sapo"` divide each rollout by its own length, which changes the direction (biased).
-    > - `importance_sampling_level`: `None`, resolved to `"sequence"` for `luspo` (the LUSPO paper's setup) and
-    >   to TRL's `"token"` for every other loss type. On-policy both levels give the same gradient. The
-    >   resolution is redone in a copy made with `dataclasses.replace` (likewise for `ordergrad_k` and
-    >   `ordergrad_objective`).
+    > - `importance_sampling_level`: `None`, resolved by the trainer to `"sequence"` for `luspo` (the LUSPO paper's
+    >   setup) and to TRL's `"token"` for every other loss type. On-policy both levels give the same gradient.
+    >
+    > Fields keep the values you set (`None` for a default): what trains is `ordergrad_plan`, built from them when
+    > the config is (and again in a copy made with `dataclasses.replace` or loaded from YAML or JSON).
     > - `scale_rewards`: `"none"` instead of `"group"`. The OrderGrad advantage is already centered and in reward
     >   units. `"group"` divides each group's advantages by the standard deviation of its rewards (as GRPO does):
     >   ranks and signs are kept, but each prompt is reweighted by a function of its own samples, which biases the
@@ -171,10 +153,8 @@ class OrderGradConfig(GRPOConfig):
     ordergrad_objective: str | None = field(
         default=None,
         metadata={
-            "help": "Order-statistic objective over K rollouts: a preset (Mean, ReMax/Max, ReMin/Min, Median, "
-            "Rank:r, TopM:m, BotM:m, TrimM:m, WinsorizedM:m, UpperTailMean:q, LowerTailMean:q/CVaR:q, Quantile:q, "
-            "HarrellDavis:q, GMD, LMoment:r) or K comma-separated ascending weights. If unset, 'TopM:2' (mean of "
-            "the best 2 of K), or 'Mean' when K is 1."
+            "help": f"Order-statistic objective over K rollouts: {VALID_OBJECTIVES}. Presets are case-insensitive. "
+            "If unset, 'TopM:2' (mean of the best 2 of K), or 'Mean' when K is 1."
         },
     )
     ordergrad_k: int | None = field(
@@ -245,29 +225,9 @@ class OrderGradConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        # Defaults that depend on other fields are resolved here and marked (`_Resolved`): a copy made with
-        # `dataclasses.replace(config, loss_type=...)` resolves them again from its own fields.
-        if _unset(self.importance_sampling_level):
-            self.importance_sampling_level = _ResolvedStr("sequence" if self.loss_type == "luspo" else "token")
+        self._check_fields_trl_reads()
         super().__post_init__()
         self._check_vllm_version()
-        if _unset(self.ordergrad_k):
-            self.ordergrad_k = _ResolvedInt(min(DEFAULT_K, self.num_generations - 1))
-        if _unset(self.ordergrad_objective):
-            self.ordergrad_objective = _ResolvedStr(DEFAULT_OBJECTIVE if self.ordergrad_k >= 2 else "Mean")
-
-        if self.ordergrad_schedule is not None:
-            stages = parse_objective_schedule(self.ordergrad_schedule)
-            for index, stage in enumerate(stages):
-                entry = f"ordergrad_schedule[{index}]={self.ordergrad_schedule[index]!r}"
-                check_objective(stage.objective, stage.k, self.num_generations, "objective", "K", entry=entry)
-            self._warn_if_overridden("ordergrad_schedule", stages[0].objective, stages[0].k)
-            # the fields then name the objective training starts with, for code that reads them (marked: they
-            # follow the schedule in a copy)
-            self.ordergrad_objective, self.ordergrad_k = _ResolvedStr(stages[0].objective), _ResolvedInt(stages[0].k)
-        check_objective(
-            self.ordergrad_objective, self.ordergrad_k, self.num_generations, "ordergrad_objective", "ordergrad_k"
-        )
         if self.scale_rewards not in ("none", "group", "batch"):
             raise ValueError(
                 f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {self.scale_rewards!r}."
@@ -279,48 +239,62 @@ class OrderGradConfig(GRPOConfig):
                 "functions; 'normalize_then_sum' z-scores each function within its group, which makes a rollout's "
                 "reward depend on its group mates."
             )
-        name = self.ordergrad_estimator
-        if not isinstance(name, str) or name.strip().lower() not in ESTIMATORS:
-            raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATORS)}.")
-        self.ordergrad_estimator = name.strip().lower()
-        check_estimator(self)
-        if self.ordergrad_reward_objectives is not None:
-            check_reward_objectives(self)
-            self._warn_if_overridden("ordergrad_reward_objectives", None, None)
-        warn_about_eval_groups(self)
+        if isinstance(self.ordergrad_estimator, str):
+            self.ordergrad_estimator = self.ordergrad_estimator.strip().lower()
+        # what trains, built (and so checked) once; not a field: a copy or a loaded config builds its own
+        self.ordergrad_plan: ObjectivePlan = build_plan(
+            objective=self.ordergrad_objective, k=self.ordergrad_k, schedule=self.ordergrad_schedule,
+            reward_objectives=self.ordergrad_reward_objectives, estimator=self.ordergrad_estimator,
+            estimator_kwargs=self.ordergrad_estimator_kwargs, scale=self.scale_rewards,
+            num_generations=self.num_generations,
+        )  # fmt: skip
+        for by in ("ordergrad_schedule", "ordergrad_reward_objectives"):
+            ignored = ["ordergrad_objective"] + (["ordergrad_k"] if by == "ordergrad_schedule" else [])
+            for name in ignored if getattr(self, by) is not None else []:
+                if getattr(self, name) is not None:
+                    logger.warning("%s=%r is ignored: %s sets it.", name, getattr(self, name), by)
+        warn_about_eval_groups(self.ordergrad_plan, self.num_generations_eval)
 
-    # ------------------------------------------------------------------------------------------ resolved settings
+    def _check_fields_trl_reads(self):
+        """Fields TRL's `__post_init__` would fail on without naming them (a division by zero, a bare JSON error)."""
+        for name, low in (("num_generations", 2), ("num_generations_eval", 1)):
+            value = getattr(self, name)
+            if (value is not None or name == "num_generations") and (
+                isinstance(value, bool) or not isinstance(value, int) or value < low
+            ):
+                raise ValueError(f"{name} must be an integer >= {low} (rollouts per prompt), got {value!r}.")
+        kwargs = self.ordergrad_estimator_kwargs
+        if isinstance(kwargs, str):  # TrainingArguments parses it (and its values: "3" -> 3) once it is valid JSON
+            try:
+                json.loads(kwargs)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}' "
+                    f"(keys quoted; in YAML also a mapping {{beta: 2.0}}), got {kwargs!r}: not valid JSON ({err.msg})."
+                ) from None
+        weights = self.reward_weights
+        if weights is not None:
+            if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights):
+                raise ValueError(f"reward_weights must be finite numbers, one per reward function, got {weights!r}.")
+            if not any(weights):
+                raise ValueError(f"reward_weights are all zero ({weights!r}): every advantage would be 0.")
+
+    # ------------------------------------------------------------------------------------------ looked up in the plan
 
     def ordergrad_stages(self) -> list[ObjectiveStage]:
         """The objective schedule as stages (one stage from step 0 when `ordergrad_schedule` is unset)."""
-        if self.ordergrad_schedule is None:
-            return [ObjectiveStage(0, self.ordergrad_objective, self.ordergrad_k)]
-        return parse_objective_schedule(self.ordergrad_schedule)
+        return [ObjectiveStage(s.start_step, s.objective, s.k) for s in self.ordergrad_plan.stages]
 
     def ordergrad_reward_specs(self) -> list[tuple[str, int]] | None:
         """`ordergrad_reward_objectives` as `(objective, K)` pairs, or `None` when unset."""
-        if self.ordergrad_reward_objectives is None:
-            return None
-        entries = string_list(self.ordergrad_reward_objectives, "ordergrad_reward_objectives")
-        return [split_objective_at_k(e, self.ordergrad_k, "ordergrad_reward_objectives") for e in entries]
+        per_reward = self.ordergrad_plan.per_reward
+        return None if per_reward is None else [(s.objective, s.k) for s in per_reward]
 
-    def ordergrad_estimator_params(self, stage: ObjectiveStage) -> dict[str, Any]:
-        """Keyword parameters of `ordergrad_estimator` in `stage`: the kwargs plus objective, k and scale it takes."""
-        accepted = estimator_params(self.ordergrad_estimator)
-        from_fields = {"objective": stage.objective, "k": stage.k, "scale": self.scale_rewards}
-        return {**(self.ordergrad_estimator_kwargs or {}), **{p: v for p, v in from_fields.items() if p in accepted}}
-
-    def ordergrad_estimator_scales(self) -> bool:
-        """Whether the estimator applies `scale_rewards` itself (`grpo`), so the trainer must not divide again."""
-        return "scale" in estimator_params(self.ordergrad_estimator)
-
-    # ------------------------------------------------------------------------------------------ validation
-
-    def _warn_if_overridden(self, by: str, objective: str, k: int | None):
-        if not isinstance(self.ordergrad_objective, _Resolved) and self.ordergrad_objective != objective:
-            logger.warning("ordergrad_objective=%r is ignored: %s sets the objective.", self.ordergrad_objective, by)
-        if k is not None and not isinstance(self.ordergrad_k, _Resolved) and self.ordergrad_k != k:
-            logger.warning("ordergrad_k=%r is ignored: %s sets K.", self.ordergrad_k, by)
+    def resolved_importance_sampling_level(self) -> str:
+        """`importance_sampling_level`, or its default for `loss_type` when unset (the trainer hands TRL this)."""
+        if self.importance_sampling_level is not None:
+            return self.importance_sampling_level
+        return "sequence" if self.loss_type == "luspo" else "token"
 
     def _check_vllm_version(self):
         """With `use_vllm`, an installed vLLM outside TRL's supported range fails here, not deep in generation."""

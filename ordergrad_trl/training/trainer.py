@@ -9,7 +9,7 @@ methods are the only seams; `tests/test_trl_contract.py` checks their behaviour 
 
 from __future__ import annotations
 
-import bisect
+import copy
 import logging
 import textwrap
 import warnings
@@ -19,14 +19,11 @@ import trl
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOTrainer
-from trl.trainer.utils import nanstd
 
 from ..core.advantage import _float64_device, lstat_value
+from ..core.estimators import scale_advantages
+from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
-from ..core.schedule import ObjectiveStage
-from ..core.estimators import bind_estimator
-from ..core.objectives import rank_weights
-from ..tasks.rewards import pop_counts as pop_reward_counts
 
 logger = logging.getLogger(__name__)
 
@@ -106,16 +103,17 @@ class OrderGradTrainer(GRPOTrainer):
         args = getattr(self, "args", None)
         if not isinstance(args, OrderGradConfig):
             return "OrderGrad"
-        specs = args.ordergrad_reward_specs()
-        if specs is not None:
-            names = getattr(self, "reward_func_names", None) or [f"reward function {f}" for f in range(len(specs))]
-            what = "objectives " + ", ".join(f"{o} over K={k} on {name}" for (o, k), name in zip(specs, names))
-        elif args.ordergrad_schedule is not None:
-            stages = args.ordergrad_stages()
+        plan = args.ordergrad_plan
+        if plan.per_reward is not None:
+            numbered = [f"reward function {f}" for f in range(len(plan.per_reward))]
+            names = getattr(self, "reward_func_names", None) or numbered
+            what = "objectives " + ", ".join(f"{s.objective} over K={s.k} on {n}"
+                                             for s, n in zip(plan.per_reward, names))  # fmt: skip
+        elif plan.scheduled:
             what = "objective schedule " + ", ".join(f"{s.objective} over K={s.k} from step {s.start_step}"
-                                                      for s in stages)  # fmt: skip
+                                                      for s in plan.stages)  # fmt: skip
         else:
-            what = f"objective {args.ordergrad_objective} over K={args.ordergrad_k}"
+            what = f"objective {plan.stages[0].objective} over K={plan.stages[0].k}"
         n = args.num_generations
         return f"OrderGrad ({what} of N={n} rollouts per prompt, estimator {args.ordergrad_estimator})"
 
@@ -128,18 +126,19 @@ class OrderGradTrainer(GRPOTrainer):
                 f"OrderGradTrainer needs `args` to be an OrderGradConfig, got {type(args).__name__}. OrderGradConfig "
                 "accepts every GRPOConfig field, plus the ordergrad_* fields."
             )
+        if args.importance_sampling_level is None:  # resolved per trainer, so that copies of the config re-resolve
+            args = copy.copy(args)
+            args.importance_sampling_level = args.resolved_importance_sampling_level()
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
-        self.ordergrad_stages: list[ObjectiveStage] = args.ordergrad_stages()
-        self._ordergrad_stage_starts = [stage.start_step for stage in self.ordergrad_stages]
-        self.ordergrad_reward_specs: list[tuple[str, int]] | None = args.ordergrad_reward_specs()
+        self.ordergrad_plan: ObjectivePlan = args.ordergrad_plan  # what trains; built and checked with the config
+        per_reward = self.ordergrad_plan.per_reward
         # after super().__init__: environments may have added reward functions
-        if self.ordergrad_reward_specs is not None and len(self.ordergrad_reward_specs) != len(self.reward_funcs):
+        if per_reward is not None and len(per_reward) != len(self.reward_funcs):
             raise ValueError(
-                f"ordergrad_reward_objectives has {len(self.ordergrad_reward_specs)} entries "
-                f"{args.ordergrad_reward_objectives} but there are {len(self.reward_funcs)} reward functions "
-                f"{self.reward_func_names}: give one objective per reward function, in the same order."
+                f"ordergrad_reward_objectives has {len(per_reward)} entries {args.ordergrad_reward_objectives} but "
+                f"there are {len(self.reward_funcs)} reward functions {self.reward_func_names}: give one objective "
+                "per reward function, in the same order."
             )
-        self._ordergrad_bound = {}  # (stage index or ("reward", f), group size) -> estimator, or None if undefined
         # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
         self._ordergrad_gathered_rewards = None
         if args.loss_type not in EXACT_LOSS_TYPES:
@@ -153,35 +152,23 @@ class OrderGradTrainer(GRPOTrainer):
 
     @property
     def ordergrad_stage(self) -> int:
-        """Index into `ordergrad_stages` of the stage active at `state.global_step` (0 without a schedule)."""
-        return bisect.bisect_right(self._ordergrad_stage_starts, self.state.global_step) - 1
+        """Index into `ordergrad_plan.stages` of the stage active at `state.global_step` (0 without a schedule)."""
+        return self.ordergrad_plan.stage_index(self.state.global_step)
 
     @property
     def ordergrad_objective(self) -> str:
-        """The active objective (of the schedule's current stage, else `args.ordergrad_objective`)."""
-        return self.ordergrad_stages[self.ordergrad_stage].objective
+        """The active objective (of the schedule's current stage, else the configured one)."""
+        return self.ordergrad_plan.stages[self.ordergrad_stage].objective
 
     @property
     def ordergrad_k(self) -> int:
         """The active K."""
-        return self.ordergrad_stages[self.ordergrad_stage].k
+        return self.ordergrad_plan.stages[self.ordergrad_stage].k
 
     @property
     def ordergrad_weights(self) -> torch.Tensor:
         """`(K,)` float64 rank weights of the active objective."""
-        return rank_weights(self.ordergrad_objective, self.ordergrad_k)
-
-    def _bound_estimator(self, key, group_size: int, name: str, params: dict):
-        """The estimator bound (and checked) once per key and group size; `None` where it is undefined (eval)."""
-        if (key, group_size) not in self._ordergrad_bound:
-            try:
-                bound = bind_estimator(name, num_generations=group_size, **params)
-            except ValueError:
-                if group_size == self.args.num_generations:  # checked at config time: a bug, not a small eval group
-                    raise
-                bound = None  # e.g. N <= K in evaluation: no leave-one-out baseline, advantages 0
-            self._ordergrad_bound[(key, group_size)] = bound
-        return self._ordergrad_bound[(key, group_size)]
+        return self.ordergrad_plan.stages[self.ordergrad_stage].weights
 
     # ------------------------------------------------------------------------------------------ advantages
 
@@ -214,12 +201,7 @@ class OrderGradTrainer(GRPOTrainer):
                 return super().compute_advantages(solved)
         ```
         """
-        stage = self.ordergrad_stage
-        params = self.args.ordergrad_estimator_params(self.ordergrad_stages[stage])
-        estimator = self._bound_estimator(stage, rewards.shape[-1], self.args.ordergrad_estimator, params)
-        if estimator is None:
-            return torch.zeros_like(rewards)
-        return estimator(rewards).to(rewards.dtype)
+        return self.ordergrad_plan.advantages(rewards, self.ordergrad_plan.stages[self.ordergrad_stage])
 
     def compute_advantages_per_reward(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         r"""
@@ -238,12 +220,9 @@ class OrderGradTrainer(GRPOTrainer):
         device = _float64_device(rewards_per_func)  # the CPU where there is no float64 (MPS)
         weights = self.reward_weights.to(device).to(torch.float64)  # (num_funcs,)
         total = torch.zeros(rewards_per_func.shape[:2], dtype=torch.float64, device=device)
-        for f, (objective, k) in enumerate(self.ordergrad_reward_specs):
-            estimator = self._bound_estimator(
-                ("reward", f), rewards_per_func.shape[1], "ordergrad", {"objective": objective, "k": k}
-            )
-            if estimator is not None:
-                total += weights[f] * estimator(rewards_per_func[..., f].to(device).double())  # (num_groups, N)
+        for f, spec in enumerate(self.ordergrad_plan.per_reward):
+            rewards_f = rewards_per_func[..., f].to(device).double()  # (num_groups, N)
+            total += weights[f] * self.ordergrad_plan.advantages(rewards_f, spec, estimator="ordergrad")
         return total.to(rewards_per_func.dtype).to(rewards_per_func.device)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -267,7 +246,6 @@ class OrderGradTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         advantages = self._ordergrad_advantages(rewards_per_func, group_size, mode)  # (N_global,)
-        self._log_reward_failures(mode)
 
         # The same local slice TRL takes: process p holds rows [p * n_local, (p + 1) * n_local) of the gathered batch.
         n_local = len(inputs)
@@ -289,20 +267,9 @@ class OrderGradTrainer(GRPOTrainer):
         logged.extend(advantages.tolist())
         return output
 
-    def _log_reward_failures(self, mode: str) -> None:
-        """`ordergrad/reward_timeouts`, `ordergrad/reward_unscorable`: math-verify items (`ordergrad_trl.tasks.rewards`) of
-        this batch, summed over processes, that timed out (scored 0.0 or None) or whose gold parses to nothing
-        (None). Logged only when the batch went through `score_completions` (e.g. the `math_reward` function)."""
-        counts = pop_reward_counts()
-        local = [counts[key] for key in ("scored", "timeouts", "unscorable")]
-        local = torch.tensor(local, device=self.accelerator.device)
-        scored, timeouts, unscorable = self.accelerator.gather(local).view(-1, 3).sum(0).tolist()  # every rank calls
-        if scored:
-            self._metrics[mode]["ordergrad/reward_timeouts"].append(float(timeouts))
-            self._metrics[mode]["ordergrad/reward_unscorable"].append(float(unscorable))
-
     def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
         """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""
+        self._check_reward_magnitudes(rewards_per_func)
         # Weighted sum as TRL's "sum_then_normalize": a None from some functions counts as 0, from all as unscorable.
         weights = self.reward_weights.to(rewards_per_func.device)
         unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (N_global,)
@@ -311,7 +278,7 @@ class OrderGradTrainer(GRPOTrainer):
         grouped = rewards.view(-1, group_size)  # (num_groups, N)
         per_func = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])  # (num_groups, N, num_funcs)
 
-        if self.ordergrad_reward_specs is not None:
+        if self.ordergrad_plan.per_reward is not None:
             advantages = self.compute_advantages_per_reward(per_func)
         else:
             advantages = self.compute_advantages(grouped)
@@ -319,16 +286,12 @@ class OrderGradTrainer(GRPOTrainer):
             raise ValueError(
                 f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
             )
-        # an estimator that takes `scale` (grpo) has applied scale_rewards itself
-        scale = "none" if self.args.ordergrad_estimator_scales() else self.scale_rewards
-        if scale == "group" and group_size > 1:
-            advantages = advantages / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
-        elif scale == "batch" and rewards.numel() > 1:
-            advantages = advantages / (nanstd(rewards) + 1e-4)
+        advantages = scale_advantages(advantages, grouped, self.scale_rewards)  # the one place scale_rewards applies
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
+        self._warn_if_overflowing(advantages, rewards_per_func * weights.unsqueeze(0))
 
         metrics = self._metrics[mode]
-        if self.ordergrad_reward_specs is not None:
+        if self.ordergrad_plan.per_reward is not None:
             self._log_objective_per_reward(per_func, metrics)
         else:
             if group_size >= self.ordergrad_k:
@@ -336,7 +299,7 @@ class OrderGradTrainer(GRPOTrainer):
                 values = lstat_value(exact, self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
                 metrics["ordergrad/objective"].append(torch.nanmean(values).item())
             metrics["ordergrad/k"].append(float(self.ordergrad_k))
-            if self.args.ordergrad_schedule is not None:
+            if self.ordergrad_plan.scheduled:
                 metrics["ordergrad/schedule_stage"].append(float(self.ordergrad_stage))
         metrics["ordergrad/frac_zero_adv_groups"].append((advantages == 0).all(dim=1).float().mean().item())
         metrics["ordergrad/adv_abs_mean"].append(advantages.abs().mean().item())
@@ -346,15 +309,38 @@ class OrderGradTrainer(GRPOTrainer):
         """`ordergrad/objective/<name>` (J_f, unweighted) per function, and their weighted sum when all are defined."""
         group_size = per_func.shape[1]
         total = 0.0
-        for f, ((objective, k), name) in enumerate(zip(self.ordergrad_reward_specs, self.reward_func_names)):
-            if group_size < k:
+        for f, (spec, name) in enumerate(zip(self.ordergrad_plan.per_reward, self.reward_func_names)):
+            if group_size < spec.k:
                 total = None
                 continue
             exact = per_func[..., f].to(_float64_device(per_func)).double()  # the CPU where there is no float64
-            values = lstat_value(exact, rank_weights(objective, k))  # (num_groups,)
+            values = lstat_value(exact, spec.weights)  # (num_groups,)
             value = torch.nanmean(values).item()
             metrics[f"ordergrad/objective/{name}"].append(value)
             if total is not None:
                 total += self.reward_weights[f].item() * value
         if total is not None:
             metrics["ordergrad/objective"].append(total)
+
+    def _check_reward_magnitudes(self, rewards_per_func: torch.Tensor) -> None:
+        """+-inf from a reward function stops training at this step, naming it (None marks an unscorable rollout)."""
+        infinite = torch.isinf(rewards_per_func).sum(dim=0)  # (num_funcs,)
+        for f in infinite.nonzero().flatten().tolist():
+            raise ValueError(
+                f"reward function {self.reward_func_names[f]!r} returned +-inf for {int(infinite[f])} of "
+                f"{rewards_per_func.shape[0]} rollouts at step {self.state.global_step}: return a finite reward, or "
+                "None for a rollout it cannot score."
+            )
+
+    def _warn_if_overflowing(self, advantages: torch.Tensor, weighted: torch.Tensor) -> None:
+        """A warning naming the reward function when advantages are so large that squaring them (as the gradient
+        norm does) overflows float32: the gradient norm would be inf and the step lost."""
+        if torch.isfinite(advantages.double().square().sum().float()):
+            return
+        largest = torch.nan_to_num(weighted.double().abs(), nan=0.0).amax(dim=0)  # (num_funcs,)
+        f = int(largest.argmax())
+        logger.warning(
+            "reward function %r returned rewards up to %.3g (times its reward weight): the advantages (up to %.3g) "
+            "overflow float32 when squared, so the gradient norm is inf. Rescale that reward or lower its "
+            "reward_weights.", self.reward_func_names[f], largest[f].item(), advantages.abs().max().item(),
+        )

@@ -1,16 +1,22 @@
-"""Runs TRL's vendored GRPO tests offline, with the stock trainer or with OrderGrad substituted.
+"""pytest plugin that runs TRL's GRPO tests from a TRL checkout offline, with stock GRPO or OrderGrad substituted.
+
+Loaded by `run.py` as `-p benchmarks.trl_suite.plugin`; the tests and TRL's own `tests/conftest.py` are read from
+the checkout, nothing of them is copied here.
 
 ORDERGRAD_TRL_SUITE_TRAINER=grpo       stock GRPOTrainer / GRPOConfig (the baseline)
 ORDERGRAD_TRL_SUITE_TRAINER=ordergrad  OrderGradTrainer / OrderGradConfig in their place (default)
 
 Before anything imports huggingface_hub, this points HF_HUB_CACHE at a cache of tiny stand-in models under the
 hub ids the tests use (`stand_ins.py`, built once into `$ORDERGRAD_CACHE/trl_suite_hub`) and sets
-HF_HUB_OFFLINE=1; `load_dataset` in the test module is replaced by the offline `zen` stand-in. The
-`force_use_cpu_without_accelerator` fixture is TRL's own (tests/conftest.py at the vendored commit, Apache-2.0).
+HF_HUB_OFFLINE=1; `load_dataset` in each test module is replaced by the offline `zen` stand-in. On CPU, bf16 is
+turned off on every TRL config (TRL's conftest already sets use_cpu; bf16 autocast on CPU only slows the tiny
+models down). The checkout's tests may come from a newer TRL than the installed one: helpers they import that the
+installed `trl.import_utils` lacks are supplied here (`_MISSING_IMPORT_UTILS`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -33,10 +39,17 @@ TRAINER = os.environ.get("ORDERGRAD_TRL_SUITE_TRAINER", "ordergrad")
 if TRAINER not in ("grpo", "ordergrad"):
     raise ValueError(f"ORDERGRAD_TRL_SUITE_TRAINER must be 'grpo' or 'ordergrad', got {TRAINER!r}")
 
+# Availability checks that TRL main's tests/testing_utils.py imports and trl 1.16.0 does not define.
+_MISSING_IMPORT_UTILS = {"is_joblib_available": lambda: importlib.util.find_spec("joblib") is not None}
+
 
 def pytest_configure(config):
     from filelock import FileLock
 
+    import_utils = importlib.import_module("trl.import_utils")
+    for name, check in _MISSING_IMPORT_UTILS.items():
+        if not hasattr(import_utils, name):
+            setattr(import_utils, name, check)
     HUB_CACHE.mkdir(parents=True, exist_ok=True)
     with FileLock(str(HUB_CACHE / ".lock")):
         if not (HUB_CACHE / "stand_ins.json").is_file():
@@ -60,22 +73,17 @@ def substitute(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def force_use_cpu_without_accelerator(monkeypatch):
-    """TRL's: `use_cpu=True` on every TRL config when there is no accelerator (TRL configs default bf16=True).
-
-    One addition: `bf16=False` too, since bf16 autocast on CPU only slows the tiny models down (2 cores here)."""
-    from transformers.testing_utils import torch_device
-
-    if torch_device is not None and torch_device != "cpu":
-        return
-
+def no_bf16_on_cpu(monkeypatch):
+    """`bf16=False` on every TRL config when there is no accelerator (TRL configs default to bf16=True)."""
+    import torch
     from trl.trainer.base_config import _BaseConfig
 
+    if torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        return
     original_post_init = _BaseConfig.__post_init__
 
-    def patched_post_init(self):
-        self.use_cpu = True
+    def post_init_without_bf16(self):
         self.bf16 = False
         original_post_init(self)
 
-    monkeypatch.setattr(_BaseConfig, "__post_init__", patched_post_init)
+    monkeypatch.setattr(_BaseConfig, "__post_init__", post_init_without_bf16)

@@ -1,0 +1,211 @@
+"""The objective plan: what trains at each step, built once from `OrderGradConfig`'s fields; building it is the check.
+
+`build_plan` turns the `ordergrad_*` fields (objective, K, schedule, per-reward objectives, estimator and its
+options) into an immutable `ObjectivePlan`: its stages (start step, objective, K, rank weights, estimator context)
+or its per-reward specs. Every error a setting can cause is raised here, naming the config field and its valid
+values, so that a bad setting fails when the config is built, never at step 1; the trainer only looks things up.
+Pure torch (no TRL), so other trainers can build the same plan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from .estimators import ESTIMATOR_SPECS, EstimatorContext
+from .objectives import VALID_OBJECTIVES, rank_weights
+from .schedule import parse_objective_at_k, parse_objective_schedule, string_list
+
+__all__ = ["DEFAULT_K", "DEFAULT_OBJECTIVE", "ObjectivePlan", "PlanStage", "build_plan"]
+
+logger = logging.getLogger(__name__)
+
+# K when `ordergrad_k` is unset, as long as num_generations allows it (K < num_generations).
+DEFAULT_K = 4
+DEFAULT_OBJECTIVE = "TopM:2"  # "Mean" when K is 1
+
+# Estimator inputs that config fields set: naming them in `ordergrad_estimator_kwargs` is an error.
+FIELD_OF = {"objective": "ordergrad_objective", "k": "ordergrad_k", "scale": "scale_rewards"}
+
+
+@dataclass(frozen=True)
+class PlanStage:
+    """From optimizer step `start_step` on: `objective` over `k` rollouts, its rank weights and estimator context.
+
+    A per-reward spec (`ObjectivePlan.per_reward`) is a stage too, whose `start_step` is 0."""
+
+    start_step: int
+    objective: str
+    k: int
+    weights: torch.Tensor = field(compare=False, repr=False)  # (K,) float64, ascending
+    context: EstimatorContext = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ObjectivePlan:
+    """What trains: one estimator with `stages` (a schedule has several), or `per_reward` objectives (one per
+    reward function, with the `ordergrad` estimator); `scale` is `scale_rewards`, applied after the estimator."""
+
+    estimator: str
+    scale: str
+    num_generations: int
+    stages: tuple[PlanStage, ...]
+    per_reward: tuple[PlanStage, ...] | None = None
+    scheduled: bool = False
+    # (estimator context, group size) -> whether the estimator is defined there (eval groups can be smaller)
+    _defined: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def stage_index(self, step: int) -> int:
+        """Index of the stage active at optimizer step `step`."""
+        return bisect.bisect_right([s.start_step for s in self.stages], step) - 1
+
+    def advantages(self, rewards: torch.Tensor, stage: PlanStage, estimator: str | None = None) -> torch.Tensor:
+        """`(G, N)` rewards -> `(G, N)` advantages of `stage` (unscaled); zeros where the estimator is undefined for
+        this N (evaluation with N <= K). `estimator` defaults to the plan's (per-reward specs use `ordergrad`)."""
+        spec = ESTIMATOR_SPECS[estimator or self.estimator]
+        key = (estimator or self.estimator, id(stage), rewards.shape[-1])  # the plan holds its stages: ids stay
+        if key not in self._defined:
+            self._defined[key] = _defined(spec, stage.context, rewards.shape[-1])
+        if not self._defined[key]:
+            return torch.zeros_like(rewards)
+        return spec(rewards, stage.context).to(rewards.dtype)
+
+
+def _defined(spec, context: EstimatorContext, n: int) -> bool:
+    try:
+        spec(torch.zeros(1, n, dtype=torch.float64), context)
+    except ValueError:
+        return False
+    return True
+
+
+def check_objective(objective, k, num_generations: int, objective_field: str, k_field: str, at: str = "") -> None:
+    """`at` names a list entry (schedule, per-reward objectives) holding both; else two fields hold them."""
+    at = f"{at}: " if at else ""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"{at}{k_field} must be a positive integer, got {k!r}.")
+    if k >= num_generations:
+        raise ValueError(
+            f"{at}{k_field} ({k}) must be smaller than num_generations ({num_generations}): the leave-one-out "
+            f"advantage of a rollout needs K other rollouts of the same prompt. Lower {k_field} or raise "
+            "num_generations."
+        )
+    if not isinstance(objective, str):
+        raise ValueError(
+            f"{at}{objective_field} must be a string (a preset or comma-separated weights), got {objective!r}. "
+            f"Valid forms: {VALID_OBJECTIVES}."
+        )
+    try:
+        weights = rank_weights(objective, k)
+    except ValueError as err:
+        raise ValueError(f"{at}{objective_field}={objective!r} is not valid for {k_field}={k}: {err}") from err
+    if not weights.any():
+        raise ValueError(
+            f"{at}{objective_field}={objective!r} has all-zero weights at {k_field}={k}: every advantage would be 0. "
+            f"Give at least one nonzero weight, or a preset. Valid forms: {VALID_OBJECTIVES}."
+        )
+
+
+def _context(name: str, objective: str, k: int, options: dict, n: int, setting: str) -> EstimatorContext:
+    """The stage's estimator context, checked by running the estimator once on a zero group of size n."""
+    context = EstimatorContext(objective.strip(), k, dict(options))
+    try:
+        ESTIMATOR_SPECS[name](torch.zeros(1, n, dtype=torch.float64), context)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"ordergrad_estimator={name!r} with {setting}, num_generations={n}: {err}") from err
+    return context
+
+
+def _estimator(name, kwargs) -> tuple[str, dict]:
+    if not isinstance(name, str) or name.strip().lower() not in ESTIMATOR_SPECS:
+        raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATOR_SPECS)}.")
+    name = name.strip().lower()
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ValueError(
+            f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}', got "
+            f"{kwargs!r}."
+        )
+    kwargs = kwargs or {}
+    reserved = sorted(set(kwargs) & set(FIELD_OF))
+    if reserved:
+        raise ValueError(
+            f"ordergrad_estimator_kwargs must not set {reserved}: set {', '.join(FIELD_OF[p] for p in reserved)} "
+            "instead."
+        )
+    accepted = ESTIMATOR_SPECS[name].options
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"ordergrad_estimator_kwargs: estimator {name!r} takes no parameter(s) {unknown}; it accepts: "
+            f"{', '.join(accepted) or 'none'}."
+        )
+    return name, kwargs
+
+
+def build_plan(
+    *, objective, k, schedule, reward_objectives, estimator, estimator_kwargs, scale, num_generations: int
+) -> ObjectivePlan:
+    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective and K
+    take the defaults. Raises `ValueError` naming the field and its valid values for every bad setting."""
+    name, options = _estimator(estimator, estimator_kwargs)
+    spec = ESTIMATOR_SPECS[name]
+    if k is None:
+        k = min(DEFAULT_K, num_generations - 1)
+    if objective is None:
+        objective = DEFAULT_OBJECTIVE if isinstance(k, int) and k >= 2 else "Mean"
+    check_objective(objective, k, num_generations, "ordergrad_objective", "ordergrad_k")
+    kw = f"ordergrad_estimator_kwargs={estimator_kwargs!r}, " if options else ""
+    reads = ", ".join(f"{FIELD_OF[r]}={v!r}" for r, v in (("objective", objective), ("k", k)) if r in spec.reads)
+
+    stages, per_reward = [], None
+    if schedule is not None:
+        if reward_objectives is not None:
+            raise ValueError("ordergrad_reward_objectives and ordergrad_schedule cannot be combined; set one of them.")
+        if not spec.reads:
+            raise ValueError(
+                f"ordergrad_schedule has no effect with ordergrad_estimator={name!r}, which takes neither an objective "
+                f"nor k; use one that does: {', '.join(n for n, s in ESTIMATOR_SPECS.items() if s.reads)}."
+            )
+        for index, stage in enumerate(parse_objective_schedule(schedule)):
+            at = f"ordergrad_schedule[{index}]={schedule[index]!r}"
+            check_objective(stage.objective, stage.k, num_generations, "objective", "K", at=at)
+            context = _context(name, stage.objective, stage.k, options, num_generations, kw + at)
+            stages.append(PlanStage(stage.start_step, stage.objective, stage.k, rank_weights(stage.objective, stage.k),
+                                    context))  # fmt: skip
+    else:
+        context = _context(name, objective, k, options, num_generations, (kw + reads).rstrip(", ") or "defaults")
+        stages.append(PlanStage(0, objective, k, rank_weights(objective, k), context))
+    if reward_objectives is not None:
+        if name != "ordergrad":
+            raise ValueError(
+                "ordergrad_reward_objectives needs ordergrad_estimator='ordergrad' (the per-function advantages are "
+                f"OrderGrad's L-statistic advantages), got ordergrad_estimator={name!r}."
+            )
+        per_reward = []
+        for index, entry in enumerate(string_list(reward_objectives, "ordergrad_reward_objectives")):
+            obj, kf = parse_objective_at_k(entry, k, "ordergrad_reward_objectives")
+            at = f"ordergrad_reward_objectives[{index}]={entry!r}"
+            check_objective(obj, kf, num_generations, "objective", "K", at=at)
+            context = _context("ordergrad", obj, kf, {}, num_generations, at)
+            per_reward.append(PlanStage(0, obj, kf, rank_weights(obj, kf), context))
+        per_reward = tuple(per_reward)
+    return ObjectivePlan(name, scale, num_generations, tuple(stages), per_reward, schedule is not None)
+
+
+def warn_about_eval_groups(plan: ObjectivePlan, n_eval: int | None) -> None:
+    """A warning when `num_generations_eval` leaves some objective's advantage undefined in evaluation."""
+    if n_eval is None or n_eval == plan.num_generations:
+        return
+    stages = plan.per_reward if plan.per_reward is not None else plan.stages
+    name = "ordergrad" if plan.per_reward is not None else plan.estimator
+    undefined = [s for s in stages if not _defined(ESTIMATOR_SPECS[name], s.context, n_eval)]
+    if undefined or n_eval < max(s.k for s in stages):
+        logger.warning(
+            "num_generations_eval (%d): %s in evaluation, where those advantages are set to 0 (the eval policy "
+            "loss is only logged); ordergrad/objective is logged only for K <= num_generations_eval.",
+            n_eval,
+            f"the advantage is undefined for K={undefined[0].k}" if undefined else "some K exceed it",
+        )

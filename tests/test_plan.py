@@ -1,0 +1,95 @@
+"""The objective plan without TRL (`core.plan.build_plan`), the estimator context every estimator is called with,
+and what the trainer checks at each step (an infinite reward, advantages that overflow) and hands TRL (the
+importance-sampling level). Config-level errors and YAML/replace round trips: tests/test_config.py and
+tests/test_trainer_zoo.py."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_estimators import DEFAULT_PARAMS, reward_batch
+from test_trainer import G, make_trainer
+
+from ordergrad_trl.core.estimators import ESTIMATORS, ESTIMATOR_SPECS, EstimatorContext, get_estimator, scale_advantages
+from ordergrad_trl.core.objectives import rank_weights
+from ordergrad_trl.core.plan import build_plan
+
+
+def plan(**fields):
+    settings = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
+                    estimator_kwargs=None, scale="none", num_generations=8)  # fmt: skip
+    return build_plan(**{**settings, **fields})
+
+
+def test_plan_of_a_schedule_is_looked_up_by_step():
+    p = plan(schedule=["0 ReMax@6", "10 TopM:2@4", "20 Mean@1"])
+    assert [(s.start_step, s.objective, s.k) for s in p.stages] == [(0, "ReMax", 6), (10, "TopM:2", 4), (20, "Mean", 1)]
+    assert [p.stage_index(step) for step in (0, 9, 10, 19, 20, 500)] == [0, 0, 1, 1, 2, 2]
+    assert torch.equal(p.stages[1].weights, rank_weights("TopM:2", 4))
+    rewards = torch.rand(3, 8, dtype=torch.float64)  # (G, N)
+    assert torch.equal(p.advantages(rewards, p.stages[1]), ESTIMATORS["ordergrad"](rewards, objective="TopM:2", k=4))
+    assert torch.equal(p.advantages(rewards[:, :4], p.stages[1]), torch.zeros(3, 4))  # N <= K (eval): zeros
+    defaults = plan(num_generations=3)
+    assert (defaults.stages[0].objective, defaults.stages[0].k) == ("TopM:2", 2)
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(k="4"), r"ordergrad_k must be a positive integer, got '4'"),
+        (dict(objective="0,0,0,0", k=4), r"ordergrad_objective='0,0,0,0' has all-zero weights at ordergrad_k=4"),
+        (dict(estimator="rs_grpo", estimator_kwargs={"gamma": 1}), r"no parameter\(s\) \['gamma'\]; it accepts: beta"),
+        (dict(estimator="grpo", schedule=["0 Mean@2"]), r"ordergrad_schedule has no effect"),
+    ],
+)
+def test_building_the_plan_is_the_check(fields, match):
+    with pytest.raises(ValueError, match=match):
+        plan(**fields)
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_every_estimator_is_called_alike_with_one_context(name):
+    """`ESTIMATOR_SPECS[name](rewards, context)`: the context's objective / k / options reach the function; grpo's std
+    is left to `scale_advantages` (the caller's one place for scale_rewards)."""
+    r = reward_batch(binary=name == "passk_chen", seed=3)
+    params = dict(DEFAULT_PARAMS[name])
+    spec = ESTIMATOR_SPECS[name]
+    context = EstimatorContext(params.get("objective", "TopM:2"), params.get("k") or r.shape[-1],
+                               {p: v for p, v in params.items() if p in spec.options})  # fmt: skip
+    if name == "maxk_tang":
+        params["k"] = r.shape[-1]
+    if name == "grpo":
+        scaled = scale_advantages(spec(r, context), r, "group").nan_to_num(0.0)  # NaN: a group's std of one reward
+        assert torch.equal(scaled, get_estimator(name)(r, **params))
+        params["scale"] = "none"
+    assert torch.equal(spec(r, context), get_estimator(name)(r, **params))
+
+
+def test_infinite_reward_stops_the_step_naming_the_function(tiny_model, tiny_tokenizer, cpu_training_args):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, cpu_training_args)
+    per_func = torch.zeros(2 * G, 2)
+    per_func[3, 1] = -math.inf
+    name = trainer.reward_func_names[1]
+    with pytest.raises(ValueError, match=rf"function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 0"):
+        trainer._ordergrad_advantages(per_func, G, "train")
+
+
+def test_trainer_hands_trl_the_resolved_importance_sampling_level(tiny_model, tiny_tokenizer, cpu_training_args):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, cpu_training_args, loss_type="luspo")
+    assert trainer.importance_sampling_level == trainer.args.importance_sampling_level == "sequence"
+    assert make_trainer(tiny_model, tiny_tokenizer, cpu_training_args).importance_sampling_level == "token"
+
+
+def test_huge_finite_reward_warns_naming_the_function(tiny_model, tiny_tokenizer, cpu_training_args, caplog):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, cpu_training_args)
+    per_func = torch.zeros(2 * G, 2)
+    per_func[:, 1] = torch.arange(2 * G, dtype=torch.float32)  # ordinary rewards: no warning
+    with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
+        trainer._ordergrad_advantages(per_func, G, "train")
+    assert "overflow" not in caplog.text
+    per_func[0, 0] = 1e30  # finite in float32, but the squared advantages (the gradient norm) are not
+    with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
+        trainer._ordergrad_advantages(per_func, G, "train")
+    assert f"reward function '{trainer.reward_func_names[0]}' returned rewards up to 1e+30" in caplog.text
