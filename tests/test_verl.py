@@ -191,7 +191,7 @@ def test_v1_trainer_path_delegates_to_the_estimator():
     "objective,k,message",
     [
         ("Bogus", 4, "algorithm.ordergrad_objective='Bogus' with algorithm.ordergrad_k=4: Invalid objective"),
-        ("TopM:5", 4, "TopM:m needs 1 <= m <= K"),
+        ("TopM:5", 4, "TopM:m needs 1 <= m <= k"),
         ([0.5, 0.5], 4, "got 2 weights, need exactly k=4"),
         ("TopM:2", 0, "algorithm.ordergrad_k must be an integer >= 1, got 0"),
         ("TopM:2", "four", "algorithm.ordergrad_k must be an integer >= 1, got 'four'"),
