@@ -32,7 +32,7 @@ def third_party(names: set[str]) -> set[str]:
     "module,allowed",
     [
         ("verl.py", lambda n: n == "torch" or n == "verl" or n.startswith("verl.") or n == "ordergrad_trl.core"),
-        ("verl_reward.py", lambda n: n == "ordergrad_trl.tasks.rewards"),
+        ("verl_reward.py", lambda n: n == "ordergrad_trl.tasks.math_verify_pool"),
         ("__init__.py", lambda n: False),
     ],
 )
