@@ -1,5 +1,5 @@
-"""The estimator zoo against per-group loops written from each paper's formula, exact-enumeration checks of which
-estimators are unbiased for which objective, the claimed centering, and the relations between estimators."""
+"""The estimator zoo against per-group loops written from each paper's formula, and the relations between estimators
+(the shared contract, centering included: test_estimators_contract.py; unbiasedness: test_estimators_unbiased.py)."""
 
 import itertools
 import math
@@ -11,9 +11,6 @@ from oracle import brute_advantage
 
 from ordergrad_trl import lstat_value, rank_weights
 from ordergrad_trl.core.estimators import (
-    ESTIMATORS,
-    bind_estimator,
-    estimator_params,
     get_estimator,
     grpo,
     maxk_tang,
@@ -36,7 +33,6 @@ DEFAULT_PARAMS = {
     "pkpo": dict(k=3),
     "rs_grpo": dict(beta=2.0),
 }
-CENTERED = {"ordergrad", "grpo", "rloo", "passk_chen", "rs_grpo"}
 
 
 def reward_batch(binary: bool, seed: int = 0, g: int = 40, n: int = 6) -> torch.Tensor:
@@ -274,135 +270,3 @@ def test_rs_grpo_small_beta_is_mean_centered_reward_and_stable_for_large_beta():
     assert torch.equal(rs_grpo(r, beta=0.0), r - r.mean(-1, keepdim=True))
     big = rs_grpo(r * 100, beta=50.0)  # exp(5000) overflows; the shifted form does not
     assert bool(torch.isfinite(big).all()) and big.sum(-1).abs().max() < 1e-9
-
-
-# ---------------------------------------------------------------- the shared contract
-
-
-@pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_contract_shape_dtype_nan_constant_and_permutation(name):
-    params = DEFAULT_PARAMS[name]
-    fn = get_estimator(name)
-    r = reward_batch(binary=name == "passk_chen", seed=7)
-    a = fn(r, **params)
-    assert a.shape == r.shape and a.dtype == torch.float64 and bool(torch.isfinite(a).all())
-    assert bool((a[torch.isnan(r)] == 0).all())  # unscorable -> 0
-    assert bool((a[3] == 0).all())  # all-NaN group
-    const = torch.full((3, 6), 1.0, dtype=torch.float32)
-    const[1] = 0.0
-    out = fn(const, **params)
-    assert out.dtype == torch.float32 and torch.equal(out, torch.zeros_like(out))  # exactly 0, not 1e-17
-    perm = torch.randperm(6, generator=torch.Generator().manual_seed(1))
-    assert torch.allclose(fn(r[:, perm], **params), a[:, perm], atol=1e-12)
-    ints = fn(torch.ones(2, 6, dtype=torch.long), **params)
-    assert ints.dtype == torch.float64
-    with pytest.raises(ValueError, match="inf"):
-        fn(torch.tensor([[0.0, 1.0, math.inf, 0.0, 1.0, 0.0]]), **params)
-
-
-@pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_centered_exactly_where_claimed(name):
-    r = reward_batch(binary=name == "passk_chen", seed=11, g=200)
-    a = get_estimator(name)(r, **DEFAULT_PARAMS[name])
-    sums = a.sum(-1).abs()
-    if name in CENTERED:
-        assert sums.max() < 1e-9
-    else:
-        assert sums.max() > 0.1  # not centered, and the test would notice if it became so
-        assert bool((a >= 0).all())
-
-
-def test_bad_parameters_raise():
-    r = torch.rand(2, 6)
-    with pytest.raises(ValueError, match="binary"):
-        passk_chen(r, k=2)
-    with pytest.raises(ValueError, match="scale"):
-        grpo(r, scale="batchwise")
-    with pytest.raises(ValueError, match="k must be an integer >= 2"):
-        pkpo(r, k=1)
-    with pytest.raises(ValueError, match="N >= k"):
-        pkpo(r, k=7)
-    with pytest.raises(ValueError, match="multiple of k"):
-        maxk_tang(r, k=4)
-    with pytest.raises(ValueError, match="beta"):
-        rs_grpo(r, beta=math.inf)
-    with pytest.raises(ValueError, match="N=6"):
-        ordergrad(r, objective="ReMax", k=6)  # leave-one-out needs N > K
-    with pytest.raises(ValueError, match="Valid forms"):
-        ordergrad(r, objective="Maxx", k=2)
-
-
-def test_registry_lookup_and_binding():
-    assert get_estimator(" PKPO ") is pkpo
-    with pytest.raises(ValueError, match="valid names: ordergrad, grpo, rloo, maxk_tang, passk_chen, pkpo, rs_grpo"):
-        get_estimator("dapo")
-    assert estimator_params("ordergrad") == {"objective": "TopM:2", "k": 4}
-    assert estimator_params("rloo") == {}
-    r = torch.rand(3, 8)
-    bound = bind_estimator("ordergrad", num_generations=8, objective="ReMax", k=3)
-    assert torch.equal(bound(r), ordergrad(r, objective="ReMax", k=3))
-    with pytest.raises(ValueError, match="accepts: objective, k"):
-        bind_estimator("ordergrad", beta=1.0)
-    with pytest.raises(ValueError, match="N=4"):
-        bind_estimator("ordergrad", num_generations=4, k=4)  # caught at bind time, not at the first batch
-    with pytest.raises(ValueError, match="multiple of k"):
-        bind_estimator("maxk_tang", num_generations=6, k=4)
-
-
-@pytest.mark.parametrize("scale", ["group", "batch", "none"])
-def test_grpo_matches_trl_statistics(scale):
-    # TRL 1.16 _generate_and_score_completions (sum_then_normalize) on a flat (G*N,) reward vector, NaN = unscorable
-    nanstd = pytest.importorskip("trl.trainer.utils").nanstd
-    r = reward_batch(binary=False, seed=5)
-    flat, n = r.reshape(-1), r.shape[-1]
-    mean = torch.nanmean(flat.view(-1, n), dim=1).repeat_interleave(n, dim=0)
-    std = nanstd(flat.view(-1, n), dim=1).repeat_interleave(n, dim=0) if scale != "batch" else nanstd(flat)
-    expected = flat - mean
-    if scale != "none":
-        expected = expected / (std + 1e-4)
-    expected = torch.nan_to_num(expected, nan=0.0).view(-1, n)
-    assert torch.allclose(grpo(r, scale=scale), expected, atol=1e-12)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
-@pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_cuda_matches_cpu(name):
-    r = reward_batch(binary=name == "passk_chen", seed=2)
-    cpu = get_estimator(name)(r, **DEFAULT_PARAMS[name])
-    gpu = get_estimator(name)(r.cuda(), **DEFAULT_PARAMS[name])
-    assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-12)
-
-
-@pytest.mark.parametrize("n_max,k", [(256, 128), (300, 7)])
-def test_pass_at_k_and_pkpo_tables_at_user_sizes_match_exact_ratios(n_max, k):
-    from fractions import Fraction
-
-    from ordergrad_trl.core.estimators import _passk_table, _pkpo_table
-
-    passk, pk = _passk_table(n_max, k), _pkpo_table(n_max, k)
-    for n in (k, k + 1, n_max // 2, n_max - 1, n_max):
-        for c in sorted({0, 1, n // 3, n - k, n - k + 1, n - 1, n} & set(range(n + 1))):
-            e0 = Fraction(math.comb(n - c, k), math.comb(n, k))
-            e1 = Fraction(math.comb(n - c - 1, k - 1), math.comb(n - 1, k - 1)) if c < n else 0
-            assert passk[n, c, 0].item() == pytest.approx(float(e0), rel=1e-12, abs=1e-300), (n, c)
-            assert passk[n, c, 1].item() == pytest.approx(float(e1), rel=1e-12, abs=1e-300), (n, c)
-        total = math.comb(n - 1, k - 1)
-        for s in sorted({1, k - 1, k, n // 2, n - 1} & set(range(1, n))):
-            cdf = Fraction(k * sum(math.comb(m - 1, k - 2) for m in range(1, s + 1)), total)
-            assert pk[n, s - 1].item() == pytest.approx(float(cdf), rel=1e-12, abs=1e-300), (n, s)
-    assert (passk[:k] == 0).all() and (pk[:k] == 0).all()
-
-
-@pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_devices_without_float64_compute_on_the_cpu(monkeypatch, name):
-    """Simulated MPS (no float64): float64 math moves to the CPU and the result comes back as float32."""
-    from fake_mps import fake_mps, no_float64
-
-    no_float64(monkeypatch)
-    r = reward_batch(binary=name == "passk_chen", seed=4)
-    expected = get_estimator(name)(r, **DEFAULT_PARAMS[name])
-    got = get_estimator(name)(fake_mps(r.float()), **DEFAULT_PARAMS[name])
-    assert got.dtype == torch.float32 and torch.allclose(got.double(), expected, atol=1e-5)
-    if name != "passk_chen":
-        assert get_estimator(name)(fake_mps(torch.ones(2, 6, dtype=torch.int32)), **DEFAULT_PARAMS[name]).dtype \
-            == torch.float32
