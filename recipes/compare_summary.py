@@ -1,13 +1,14 @@
-"""Summary of `recipes/compare_objectives.py`: pass@k and pass^k curves per arm with bootstrap CIs, and a figure.
+"""Summary of `recipes/compare_objectives.py`: the seed-level primaries, pass@k and pass^k per arm, and a figure.
 
 Reads the per-unit JSON files (`<arm>-s<seed>.json`, `base.json`) and writes, beside that folder,
 `compare_objectives.json` (every number), `compare_objectives.md` (a table) and `compare_objectives.png`.
 
 Statistics. A problem's pass@k and pass^k are the unbiased U-statistics of its c correct of n samples
 (`lstat_value` with `ReMax` / `ReMin` weights: 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k)). An arm's value is the mean
-over its seeds and the held-out problems. The 95% CIs are percentile bootstraps that resample seeds and problems
-together (problems are shared by every arm, so differences between arms are paired); the half-width of a
-difference's CI is roughly the smallest effect the run could have detected.
+over its seeds and the held-out problems. Inference is at the seed level (`seed_level`, the pre-registered analysis
+in docs/results.md): per-seed paired differences against the baseline arm, a t test and interval over seeds, Holm
+over the primaries and the detectable effect. The percentile bootstraps that resample seeds and problems together
+are a secondary view (with few seeds their seed part resamples a handful of values and runs narrow).
 
 Each arm's own training objective (e.g. `TopM:2` at K=4) is also evaluated on every model, as the same U-statistic
 (`lstat_value` with that arm's weights): if each objective moves its own metric, each column peaks at its arm.
@@ -340,8 +341,10 @@ def plot(summary: dict, path: Path) -> bool:
         print("matplotlib not installed: no figure (pip install matplotlib)")
         return False
     ks = summary["ks"]
-    # Top row: the curves the issue asks for. Bottom row: paired differences vs GRPO, where effects of a few
-    # points are visible (on the absolute scale every trained arm's curve nearly overlaps the others).
+    sl = summary.get("seed_level")
+    # Top row: the curves, and the training reward. Bottom row: the pre-registered analysis, at the seed level:
+    # paired differences vs its baseline with t intervals over seeds (on the absolute scale the trained arms'
+    # curves nearly overlap), and the primary endpoints with their Holm-adjusted p-values.
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.4))
     colors = {arm: f"C{i}" for i, arm in enumerate(a for a in summary["arms"] if a != "base")}
     for arm, entry in summary["arms"].items():
@@ -353,14 +356,14 @@ def plot(summary: dict, path: Path) -> bool:
         if "train_reward" in entry:
             tr = entry["train_reward"]
             axes[0, 2].plot(tr["step"], tr["mean"], label=arm, **style)
+    for arm, metrics in (sl["exploratory"] if sl else {}).items():
         for ax, metric in zip(axes[1, :2], METRICS):
-            if arm == "base" or "minus_grpo" not in entry:
-                continue
-            d = entry["minus_grpo"][metric]
-            ax.plot(ks, [100 * v for v in d["value"]], marker=".", label=arm, color=colors[arm])
+            d = metrics[metric]
+            ax.plot(ks, [100 * v for v in d["mean"]], marker=".", color=colors[arm])
             ax.fill_between(ks, [100 * c[0] for c in d["ci"]], [100 * c[1] for c in d["ci"]], color=colors[arm],
                             alpha=0.15)  # fmt: skip
-    for row, unit in ((0, ""), (1, " minus GRPO (points, paired)")):
+    baseline = f" minus {sl['baseline'].upper()} (points; t CI over seeds)" if sl else ""
+    for row, unit in ((0, " (95% CI over seeds and problems)"), (1, baseline)):
         for ax, metric in zip(axes[row, :2], METRICS):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("k")
@@ -368,13 +371,24 @@ def plot(summary: dict, path: Path) -> bool:
             ax.grid(alpha=0.3)
     for ax in axes[1, :2]:
         ax.axhline(0, color="black", linewidth=0.8)
-    axes[1, 2].legend(*axes[0, 0].get_legend_handles_labels(), loc="center", title="arm (seeds)")
+    axes[0, 2].legend(*axes[0, 0].get_legend_handles_labels(), loc="lower right", title="arm (seeds)")
     axes[0, 2].set_xlabel("optimizer step")
     axes[0, 2].set_ylabel("training reward (mean over seeds)")
     axes[0, 2].grid(alpha=0.3)
-    axes[1, 2].axis("off")  # holds the legend
+    ax = axes[1, 2]
+    primaries = sl["primaries"] if sl else []
+    for y, e in enumerate(primaries):
+        lo, hi = (100 * c for c in e["ci"])
+        ax.errorbar(100 * e["mean"], y, xerr=[[100 * e["mean"] - lo], [hi - 100 * e["mean"]]], fmt="o", capsize=4,
+                    color=colors[e["arm"]])  # fmt: skip
+    ax.set_yticks(range(len(primaries)),
+                  [f"{e['arm']}: {e['metric']}\n{len(e['seeds'])} seeds, Holm p {e['p_holm']:.2g}" for e in primaries])
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_ylim(len(primaries) - 0.5, -0.5)
+    ax.set_xlabel(f"primary endpoint minus {sl['baseline'].upper()} (points, 95% t CI)" if sl else "")
+    ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"SmolLM2-135M-Instruct, {summary['num_problems']} held-out problems x {summary['num_samples']} "
-                 "samples, 95% bootstrap CI over seeds and problems")  # fmt: skip
+                 "samples")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
