@@ -283,3 +283,13 @@ def test_published_primaries_match_the_committed_summary():
         assert cells[6] == f"{100 * e['detectable']:.1f}", row
         assert f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]" in results
         assert f"{mean:+.1f}" in readme and f"{lo:+.1f}, {hi:+.1f}]" in readme, e["arm"]
+
+
+def test_new_seeds_ran_at_the_preregistered_commit():
+    """Seeds 3-9 (the pre-registered units) were all measured by the commit that holds the pre-registration."""
+    units = sorted((REPO / "recipes" / "assets" / "compare_objectives").glob("*-s[3-9].json"))
+    commits = {json.loads(path.read_text())["commit"] for path in units}
+    assert len(units) == 28 and len(commits) == 1, (len(units), commits)
+    prereg = commits.pop()
+    assert not prereg.endswith("+dirty")
+    assert "34dbfb7" in (REPO / "docs" / "results.md").read_text() and prereg.startswith("34dbfb7")
