@@ -341,7 +341,8 @@ def plot(summary: dict, path: Path) -> bool:
         print("matplotlib not installed: no figure (pip install matplotlib)")
         return False
     ks = summary["ks"]
-    sl = summary.get("seed_level")
+    sl = summary.get("seed_level") or {"exploratory": {}, "primaries": []}  # none with a single seed
+    vs = f" minus {sl['baseline'].upper()}" if "baseline" in sl else ""
     # Top row: the curves, and the training reward. Bottom row: the pre-registered analysis, at the seed level:
     # paired differences vs its baseline with t intervals over seeds (on the absolute scale the trained arms'
     # curves nearly overlap), and the primary endpoints with their Holm-adjusted p-values.
@@ -356,14 +357,13 @@ def plot(summary: dict, path: Path) -> bool:
         if "train_reward" in entry:
             tr = entry["train_reward"]
             axes[0, 2].plot(tr["step"], tr["mean"], label=arm, **style)
-    for arm, metrics in (sl["exploratory"] if sl else {}).items():
+    for arm, metrics in sl["exploratory"].items():
         for ax, metric in zip(axes[1, :2], METRICS):
             d = metrics[metric]
             ax.plot(ks, [100 * v for v in d["mean"]], marker=".", color=colors[arm])
             ax.fill_between(ks, [100 * c[0] for c in d["ci"]], [100 * c[1] for c in d["ci"]], color=colors[arm],
                             alpha=0.15)  # fmt: skip
-    baseline = f" minus {sl['baseline'].upper()} (points; t CI over seeds)" if sl else ""
-    for row, unit in ((0, " (95% CI over seeds and problems)"), (1, baseline)):
+    for row, unit in ((0, " (95% CI over seeds and problems)"), (1, f"{vs} (points; t CI over seeds)")):
         for ax, metric in zip(axes[row, :2], METRICS):
             ax.set_xscale("log", base=2)
             ax.set_xlabel("k")
@@ -376,7 +376,7 @@ def plot(summary: dict, path: Path) -> bool:
     axes[0, 2].set_ylabel("training reward (mean over seeds)")
     axes[0, 2].grid(alpha=0.3)
     ax = axes[1, 2]
-    primaries = sl["primaries"] if sl else []
+    primaries = sl["primaries"]
     for y, e in enumerate(primaries):
         lo, hi = (100 * c for c in e["ci"])
         ax.errorbar(100 * e["mean"], y, xerr=[[100 * e["mean"] - lo], [hi - 100 * e["mean"]]], fmt="o", capsize=4,
@@ -385,7 +385,7 @@ def plot(summary: dict, path: Path) -> bool:
                   [f"{e['arm']}: {e['metric']}\n{len(e['seeds'])} seeds, Holm p {e['p_holm']:.2g}" for e in primaries])
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_ylim(len(primaries) - 0.5, -0.5)
-    ax.set_xlabel(f"primary endpoint minus {sl['baseline'].upper()} (points, 95% t CI)" if sl else "")
+    ax.set_xlabel(f"primary endpoint{vs} (points, 95% t CI)")
     ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"SmolLM2-135M-Instruct, {summary['num_problems']} held-out problems x {summary['num_samples']} "
                  "samples")  # fmt: skip
