@@ -13,18 +13,26 @@ The math reward reports its own time-outs through TRL's `log_metric`, so `traini
 
 import importlib
 
-from .core.advantage import lstat_advantage, lstat_value
-from .core.objectives import rank_weights
-
 __version__ = "0.1.0"
 
-# The trainer pulls in TRL (seconds to import); load it on first use so the math stays a light import.
-_LAZY = {"OrderGradConfig": ".training.config", "ObjectiveStage": ".core.schedule", "OrderGradTrainer": ".training.trainer"}
+# Nothing is imported eagerly, so `import ordergrad_trl.integrations.verl` (verl's plugin loader, which hides
+# import errors) reaches the adapter's own loud error handling whatever fails underneath.
+_LAZY = {
+    "rank_weights": ".core.objectives", "lstat_value": ".core.advantage", "lstat_advantage": ".core.advantage",
+    "OrderGradConfig": ".training.config", "ObjectiveStage": ".core.schedule", "OrderGradTrainer": ".training.trainer",
+}  # fmt: skip
+_LAYERS = ("core", "training", "tasks", "evaluation", "integrations")
 
-__all__ = ["rank_weights", "lstat_value", "lstat_advantage", *_LAZY]
+__all__ = list(_LAZY)
 
 
 def __getattr__(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    if name in _LAYERS:  # `import ordergrad_trl; ordergrad_trl.core.rank_weights` as with eager imports
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY, *_LAYERS})

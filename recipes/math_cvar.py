@@ -84,10 +84,12 @@ class MathScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
-        if isinstance(self.reward_funcs, str) or not isinstance(self.reward_funcs, (list, tuple)):
+        funcs = self.reward_funcs
+        if isinstance(funcs, str) or not isinstance(funcs, (list, tuple)) or not funcs:
+            example = funcs if isinstance(funcs, str) and funcs else "math"
             raise ValueError(
-                f"reward_funcs must be a list of names from {list(REWARD_FUNCS)}, got {self.reward_funcs!r}; in YAML "
-                f"write a list: reward_funcs: [{self.reward_funcs}]."
+                f"reward_funcs must be a non-empty list of names from {list(REWARD_FUNCS)}, got {funcs!r}; in YAML "
+                f"write a list: reward_funcs: [{example}]."
             )
         unknown = [f for f in self.reward_funcs if f not in REWARD_FUNCS]
         if unknown:

@@ -126,6 +126,10 @@ def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, 
         (dict(ordergrad_schedule=["0 ReMax@4", "5 0,0@2"]), r"ordergrad_schedule\[1\].*all-zero weights"),
         (dict(reward_weights=[float("nan")]), r"reward_weights must be finite numbers.*nan"),
         (dict(reward_weights=[0.0, 0]), r"reward_weights are all zero"),
+        (dict(reward_weights=1.0), r"reward_weights must be a list of numbers.*got 1.0"),
+        # TRL's own fields that TRL would check only at the first step
+        (dict(loss_type="drgrpo"), r"loss_type must be one of .*'dr_grpo'.*got 'drgrpo'"),
+        (dict(importance_sampling_level="seq"), r"importance_sampling_level must be one of 'token', 'sequence'"),
     ],
 )
 def test_bad_config_raises_at_construction(cpu_training_args, overrides, match):
@@ -150,3 +154,28 @@ def test_careless_values_from_the_command_line_and_yaml_name_the_field(tmp_path)
     yaml_file.write_text("ordergrad_estimator: rs_grpo\nordergrad_estimator_kwargs: {beta: 2}\n")  # a YAML mapping
     (args,) = parse(["--config", str(yaml_file), "--per_device_train_batch_size", "8"])
     assert args.ordergrad_plan.stages[0].context.options == {"beta": 2}
+
+
+def test_a_plain_replace_copy_builds_its_own_plan(cpu_training_args):
+    """`dataclasses.replace` with only the fields that change: TRL's derived batch fields come along in the copy."""
+    import dataclasses
+
+    config = OrderGradConfig(**cpu_training_args)
+    assert config.steps_per_generation is not None and config.generation_batch_size is not None  # TRL derived both
+    copy = dataclasses.replace(config, num_generations=4)
+    assert trained(copy) == ("TopM:2", 3) and copy.generation_batch_size == config.generation_batch_size
+    assert trained(dataclasses.replace(config, ordergrad_objective="ReMax", ordergrad_k=5)) == ("ReMax", 5)
+    with pytest.raises(ValueError, match=r"generation_batch_size \(16\) and steps_per_generation \(1\) disagree"):
+        dataclasses.replace(config, generation_batch_size=16)  # ambiguous: which one did the user mean?
+    assert dataclasses.replace(config, generation_batch_size=16, steps_per_generation=None).steps_per_generation == 2
+
+
+def test_loss_types_are_read_from_trl_and_scale_rewards_takes_the_command_line_bool(cpu_training_args):
+    from ordergrad_trl.training.config import trl_loss_types
+
+    # contract: TRL's help still lists its loss types (else the config-time check is silently off)
+    assert {"grpo", "dr_grpo", "dapo", "luspo"} <= set(trl_loss_types())
+    for loss_type in trl_loss_types():
+        OrderGradConfig(**cpu_training_args, loss_type=loss_type)
+    assert OrderGradConfig(**cpu_training_args, scale_rewards="False").scale_rewards == "none"
+    assert OrderGradConfig(**cpu_training_args, scale_rewards="true").scale_rewards == "group"

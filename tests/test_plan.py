@@ -28,6 +28,8 @@ def test_plan_of_a_schedule_is_looked_up_by_step():
     assert [(s.start_step, s.objective, s.k) for s in p.stages] == [(0, "ReMax", 6), (10, "TopM:2", 4), (20, "Mean", 1)]
     assert [p.stage_index(step) for step in (0, 9, 10, 19, 20, 500)] == [0, 0, 1, 1, 2, 2]
     assert torch.equal(p.stages[1].weights, rank_weights("TopM:2", 4))
+    spaced = plan(schedule=["0 ReMax @ 6", "10  TopM:2 @4 "])  # spaces around '@' are not part of the objective
+    assert [(s.objective, s.k) for s in spaced.stages] == [("ReMax", 6), ("TopM:2", 4)]
     rewards = torch.rand(3, 8, dtype=torch.float64)  # (G, N)
     assert torch.equal(p.advantages(rewards, p.stages[1]), ESTIMATORS["ordergrad"](rewards, objective="TopM:2", k=4))
     assert torch.equal(p.advantages(rewards[:, :4], p.stages[1]), torch.zeros(3, 4))  # N <= K (eval): zeros
@@ -72,7 +74,7 @@ def test_infinite_reward_stops_the_step_naming_the_function(tiny_model, tiny_tok
     per_func = torch.zeros(2 * G, 2)
     per_func[3, 1] = -math.inf
     name = trainer.reward_func_names[1]
-    with pytest.raises(ValueError, match=rf"function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 0"):
+    with pytest.raises(ValueError, match=rf"function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 1"):
         trainer._ordergrad_advantages(per_func, G, "train")
 
 

@@ -55,7 +55,10 @@ def test_bad_objective_fails_at_parse_time(recipe):
 def test_yaml_string_where_a_list_belongs_names_the_field(recipe, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / "recipes/configs/cpu_quickstart.yaml").read_text() + "reward_funcs: math\n")
-    with pytest.raises(ValueError, match=r"reward_funcs must be a list .* got 'math'; in YAML write a list"):
+    with pytest.raises(ValueError, match=r"reward_funcs must be a non-empty list .* got 'math'; in YAML write a list"):
+        parse(recipe, ["--config", str(bad)])
+    bad.write_text((REPO / "recipes/configs/cpu_quickstart.yaml").read_text() + "reward_funcs: []\n")
+    with pytest.raises(ValueError, match=r"reward_funcs must be a non-empty list .* got \[\]"):
         parse(recipe, ["--config", str(bad)])
 
 

@@ -205,7 +205,8 @@ def test_defaults_from_environment(monkeypatch):
 
 @pytest.mark.parametrize(
     "variable, value",
-    [("ORDERGRAD_REWARD_WORKERS", "abc"), ("ORDERGRAD_REWARD_WORKERS", "0"), ("ORDERGRAD_REWARD_TIMEOUT_S", "abc"),
+    [("ORDERGRAD_REWARD_WORKERS", "abc"), ("ORDERGRAD_REWARD_WORKERS", "0"), ("ORDERGRAD_REWARD_WORKERS", "²"),
+     ("ORDERGRAD_REWARD_TIMEOUT_S", "abc"),
      ("ORDERGRAD_REWARD_TIMEOUT_S", "-1")],
 )  # fmt: skip
 def test_malformed_environment_fails_at_import_naming_the_variable(variable, value):

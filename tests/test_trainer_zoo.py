@@ -293,6 +293,7 @@ def config(args, **overrides):
         (dict(ordergrad_schedule=["0 ReMax@4", "10 ReMax@8"]), r"schedule\[1\]='10 ReMax@8': K \(8\).*num_gen"),
         (dict(ordergrad_schedule=["0 ReMax@4", "10 TopM:5@4"]), r"\[1\]='10 TopM:5@4': objective='TopM:5'.*K=4"),
         (dict(ordergrad_schedule=["0 ReMax"]), r"entry '0 ReMax' needs '@K'"),
+        (dict(ordergrad_schedule=["0 ReMax@4,3 Mean@1"]), r"more than one 'OBJECTIVE@K'.*one argument each"),
         (dict(ordergrad_schedule=["0 ReMax@four"]), r"entry '0 ReMax@four': K must be a positive integer"),
         (dict(ordergrad_schedule=["zero ReMax@4"]), r"'STEP OBJECTIVE@K'"),
         (dict(ordergrad_schedule=["-1 ReMax@4"]), r"'STEP OBJECTIVE@K'"),

@@ -123,6 +123,27 @@ def test_a_failing_registration_is_loud(tmp_path):
     proc = _python("import verl", VERL_USE_EXTERNAL_MODULES="squatter", PYTHONPATH=str(tmp_path))
     assert "ordergrad_trl could not register algorithm.adv_estimator=ordergrad with verl" in proc.stderr
     assert "has already been registered" in proc.stderr  # the cause, with its traceback
+    # a failing import of the math core is just as loud (it happens before registration is tried)
+    blocked = _python("""
+        import importlib.abc, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "ordergrad_trl.core.advantage":
+                    raise ImportError("blocked by the test")
+        sys.meta_path.insert(0, Block())
+        import verl
+    """)
+    assert "ordergrad_trl could not register algorithm.adv_estimator=ordergrad" in blocked.stderr, blocked.stderr
+    assert "blocked by the test" in blocked.stderr
+
+
+@pytest.mark.parametrize(
+    "found, tested",
+    [("0.9.1", True), ("0.9.2", True), ("0.9.10.post1", True), ("0.9.0", False), ("0.9.0rc1", False),
+     ("0.9.1rc1", False), ("0.10.0rc1", False), ("0.10.0.dev3", False), ("0.10.0", False), ("garbage", False)],
+)  # fmt: skip
+def test_untested_verl_versions_are_told_apart(found, tested):
+    assert adapter.is_tested_verl(found) is tested
 
 
 # ------------------------------------------------------------------------------------------ the estimator
@@ -195,6 +216,8 @@ def test_v1_trainer_path_delegates_to_the_estimator():
         ([0.5, 0.5], 4, "got 2 weights, need exactly k=4"),
         ("TopM:2", 0, "algorithm.ordergrad_k must be an integer >= 1, got 0"),
         ("TopM:2", "four", "algorithm.ordergrad_k must be an integer >= 1, got 'four'"),
+        ([0, 0, 0, 0], 4, "has all-zero weights at algorithm.ordergrad_k=4"),
+        ("0,0", 2, "has all-zero weights at algorithm.ordergrad_k=2"),
     ],
 )
 def test_bad_settings_fail_with_the_key_and_valid_forms(objective, k, message):

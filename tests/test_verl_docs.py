@@ -132,15 +132,16 @@ def test_bad_settings_at_composition_time():
     assert adapter.weights_from_config(weights.algorithm).tolist() == [0, 0, 0.5, 0.5]
 
 
-def _launch_overrides(tmp_path: Path) -> list[str]:
-    """The recipe script's command line, caught by a stand-in `python3` first on PATH."""
+def _launch_overrides(tmp_path: Path, *extra: str) -> list[str]:
+    """The recipe script's command line (with `extra` arguments after its name), caught by a stand-in `python3`
+    first on PATH."""
     (launch,) = _of(LAUNCH)
     stub = tmp_path / "bin" / "python3"
     stub.parent.mkdir()
     stub.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path / "argv.txt"}\n')
     stub.chmod(0o755)
     env = {**ENV, "PATH": f"{stub.parent}:{os.environ['PATH']}", "DATA_DIR": str(tmp_path / "data")}
-    subprocess.run([launch.argv[0], str(REPO / launch.argv[1])], env=env, check=True, timeout=60)
+    subprocess.run([launch.argv[0], str(REPO / launch.argv[1]), *extra], env=env, check=True, timeout=60)
     argv = (tmp_path / "argv.txt").read_text().splitlines()
     assert argv[:2] == ["-m", "verl.trainer.main_ppo"], argv
     return argv[2:]
@@ -162,6 +163,18 @@ def test_recipe_script_composes_and_passes_verls_validation(tmp_path):
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     assert get_custom_reward_fn(config)(data_source="x", solution_str="\\boxed{4}", ground_truth="4") == 1.0
+
+
+@needs_verl
+def test_recipe_script_takes_the_documented_extra_overrides(tmp_path):
+    """docs/verl.md's example of changing the objective after the script's name, taken from the page."""
+    text = (REPO / DOC).read_text()
+    example = re.search(r"`bash recipes/verl/\S+\.sh\s+([^`]+)`", text)
+    assert example, "docs/verl.md shows no example of extra overrides after the recipe script"
+    extra = example.group(1).split()
+    config = compose(_launch_overrides(tmp_path, *extra))
+    verl_validate(config)
+    assert [f"algorithm.{k}={config.algorithm[k]}" for k in ("ordergrad_objective", "ordergrad_k")] == extra
 
 
 @needs_verl

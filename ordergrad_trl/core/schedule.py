@@ -32,6 +32,12 @@ def parse_objective_at_k(
     objective, at, k_text = spec.strip().rpartition("@")
     if not at:
         objective, k_text = spec.strip(), None
+    objective = objective.strip()
+    if "@" in objective:
+        raise ValueError(
+            f"{field_name}: entry {entry!r} holds more than one 'OBJECTIVE@K'; give each its own list entry (on the "
+            f"command line, one argument each: --{field_name} '0 ReMax@4' '100 Mean@1')."
+        )
     if not objective:
         raise ValueError(f"{field_name}: entry {entry!r} has no objective; expected 'OBJECTIVE@K', e.g. 'TopM:2@4'.")
     if k_text is None:

@@ -30,18 +30,24 @@ from __future__ import annotations
 import functools
 import logging
 
-import torch
+logger = logging.getLogger(__name__)
+_FAILED = "ordergrad_trl could not register algorithm.adv_estimator=%s with verl; runs that select it will fail"
 
-from ordergrad_trl.core import lstat_advantage, rank_weights
+try:  # verl's plugin loader hides import errors (debug level): say it here, loudly, whatever fails
+    import torch
+    from packaging.version import Version
+
+    from ordergrad_trl.core import lstat_advantage, rank_weights
+except Exception:
+    logger.error(_FAILED, "ordergrad", exc_info=True)  # NAME is defined below
+    raise
 
 __all__ = ["NAME", "compute_ordergrad_advantage", "grouped_lstat_advantage", "check_config", "weights_from_config"]
-
-logger = logging.getLogger(__name__)
 
 NAME = "ordergrad"
 OBJECTIVE_KEY, K_KEY = "ordergrad_objective", "ordergrad_k"
 DEFAULT_OBJECTIVE, DEFAULT_K = "TopM:2", 4  # OrderGradConfig's defaults
-TESTED_VERL = ((0, 9, 1), (0, 10))  # [lowest tested, first untested) release; pyproject's `verl` group pins it
+TESTED_VERL = ("0.9.1", "0.10")  # [lowest tested, first untested) release; pyproject's `verl` group pins it
 _SETTINGS = f"algorithm.adv_estimator={NAME} +algorithm.{OBJECTIVE_KEY}=TopM:2 +algorithm.{K_KEY}=4"
 _warned_small_groups = False
 
@@ -70,9 +76,15 @@ def weights_from_config(config) -> torch.Tensor:
 @functools.lru_cache(maxsize=64)
 def _cached_weights(objective, k: int) -> torch.Tensor:
     try:
-        return rank_weights(objective if isinstance(objective, str) else list(objective), k)
+        weights = rank_weights(objective if isinstance(objective, str) else list(objective), k)
     except ValueError as err:
         raise ValueError(f"algorithm.{OBJECTIVE_KEY}={objective!r} with algorithm.{K_KEY}={k}: {err}") from None
+    if not weights.any():
+        raise ValueError(
+            f"algorithm.{OBJECTIVE_KEY}={objective!r} has all-zero weights at algorithm.{K_KEY}={k}: every advantage "
+            "would be 0; give at least one nonzero weight, or a preset"
+        )
+    return weights
 
 
 def check_config(config) -> None:
@@ -189,14 +201,14 @@ def _extend_validate_config(verl_config) -> None:
     verl_config.validate_config = validate_config
 
 
-def _version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+def is_tested_verl(version: str) -> bool:
+    """`TESTED_VERL[0] <= version < TESTED_VERL[1]`, where a pre-release of the upper bound (0.10.0rc1) is outside
+    and a version that does not parse is untested."""
+    try:
+        found = Version(version)
+    except ValueError:
+        return False
+    return Version(TESTED_VERL[0]) <= found < Version(f"{TESTED_VERL[1]}.dev0")
 
 
 def _register() -> None:
@@ -204,11 +216,10 @@ def _register() -> None:
     import verl.utils.config as verl_config
     from verl.trainer.ppo import core_algos
 
-    version = _version(getattr(verl, "__version__", "0"))
-    if not TESTED_VERL[0] <= version < TESTED_VERL[1]:
+    found = str(getattr(verl, "__version__", "unknown"))
+    if not is_tested_verl(found):
         logger.warning(
-            "ordergrad_trl.integrations.verl was tested with verl >= %s, < %s; found verl %s",
-            ".".join(map(str, TESTED_VERL[0])), ".".join(map(str, TESTED_VERL[1])), verl.__version__,
+            "ordergrad_trl.integrations.verl was tested with verl >= %s, < %s; found verl %s", *TESTED_VERL, found
         )
     core_algos.register_adv_est(NAME)(compute_ordergrad_advantage)
     _extend_validate_config(verl_config)
@@ -219,8 +230,5 @@ try:
 except Exception:
     # verl's plugin loader logs import errors at debug level only; without this the first sign would be
     # "Unknown advantage estimator" after the first rollout
-    logger.error(
-        "ordergrad_trl could not register algorithm.adv_estimator=%s with verl; runs that select it will fail",
-        NAME, exc_info=True,
-    )
+    logger.error(_FAILED, NAME, exc_info=True)
     raise

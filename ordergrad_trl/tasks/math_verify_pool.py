@@ -256,7 +256,7 @@ def reward_env_settings() -> tuple[float, int]:
     workers_text = os.environ.get("ORDERGRAD_REWARD_WORKERS")
     if workers_text is None:
         return timeout_s, _default_workers()
-    if not (workers_text.strip().isdigit() and int(workers_text) >= 1):
+    if not (workers_text.strip().isascii() and workers_text.strip().isdigit() and int(workers_text) >= 1):
         raise ValueError(f"ORDERGRAD_REWARD_WORKERS must be an integer >= 1 (e.g. 4), got {workers_text!r}")
     return timeout_s, int(workers_text)
 

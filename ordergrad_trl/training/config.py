@@ -27,6 +27,14 @@ EXACT_LOSS_TYPES = {"luspo": "exactly 1", "dr_grpo": "1/max_completion_length (a
 __all__ = ["OrderGradConfig", "DEFAULT_K", "DEFAULT_OBJECTIVE"]
 
 
+def trl_loss_types() -> tuple[str, ...]:
+    """The `loss_type` values this TRL supports, read from its field help ("Supported values are 'grpo', ...");
+    empty when the help no longer says (then TRL checks the value itself, at the first step)."""
+    help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata.get("help", "")
+    match = re.search(r"Supported values are (.*?)\.", help_text)
+    return tuple(re.findall(r"'(\w+)'", match.group(1))) if match else ()
+
+
 def installed_vllm_version() -> str | None:
     """The installed vLLM's version string, or None (a function, so tests can stand in another version)."""
     try:
@@ -226,8 +234,22 @@ class OrderGradConfig(GRPOConfig):
 
     def __post_init__(self):
         self._check_fields_trl_reads()
+        # A copy (dataclasses.replace, a saved config reloaded) carries both of TRL's derived batch fields, which
+        # TRL refuses together: re-derive the generation batch, and refuse only a pair that disagrees.
+        copied = self.generation_batch_size if self.steps_per_generation is not None else None
+        if copied is not None:
+            self.generation_batch_size = None
         super().__post_init__()
+        if copied is not None and copied != self.generation_batch_size:
+            raise ValueError(
+                f"generation_batch_size ({copied}) and steps_per_generation ({self.steps_per_generation}) disagree: "
+                f"steps_per_generation x per_device_train_batch_size x processes is {self.generation_batch_size}. "
+                "Set one of them and leave the other None (a dataclasses.replace copy carries TRL's derived values "
+                "of both: pass generation_batch_size=None, steps_per_generation=None to derive them again)."
+            )
         self._check_vllm_version()
+        if isinstance(self.scale_rewards, str) and self.scale_rewards.lower() in ("true", "false"):  # the CLI's bool
+            self.scale_rewards = "group" if self.scale_rewards.lower() == "true" else "none"
         if self.scale_rewards not in ("none", "group", "batch"):
             raise ValueError(
                 f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {self.scale_rewards!r}."
@@ -272,8 +294,14 @@ class OrderGradConfig(GRPOConfig):
                     f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}' "
                     f"(keys quoted; in YAML also a mapping {{beta: 2.0}}), got {kwargs!r}: not valid JSON ({err.msg})."
                 ) from None
+        for name, valid in (("loss_type", trl_loss_types()), ("importance_sampling_level", ("token", "sequence"))):
+            value = getattr(self, name)
+            if valid and value is not None and value not in valid:  # TRL checks them only at the first step
+                raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}.")
         weights = self.reward_weights
-        if weights is not None:
+        if weights is not None and not isinstance(weights, (list, tuple)):
+            raise ValueError(f"reward_weights must be a list of numbers, one per reward function, got {weights!r}.")
+        if weights:
             if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights):
                 raise ValueError(f"reward_weights must be finite numbers, one per reward function, got {weights!r}.")
             if not any(weights):

@@ -328,19 +328,21 @@ class OrderGradTrainer(GRPOTrainer):
         for f in infinite.nonzero().flatten().tolist():
             raise ValueError(
                 f"reward function {self.reward_func_names[f]!r} returned +-inf for {int(infinite[f])} of "
-                f"{rewards_per_func.shape[0]} rollouts at step {self.state.global_step}: return a finite reward, or "
+                f"{rewards_per_func.shape[0]} rollouts at step {self.state.global_step + 1}: return a finite reward, or "
                 "None for a rollout it cannot score."
             )
 
     def _warn_if_overflowing(self, advantages: torch.Tensor, weighted: torch.Tensor) -> None:
-        """A warning naming the reward function when advantages are so large that squaring them (as the gradient
-        norm does) overflows float32: the gradient norm would be inf and the step lost."""
+        """A warning naming the reward function when advantages are so large that squaring them overflows float32:
+        the gradient norm, a sum of squares of gradients that scale with them, is then likely inf (or nan), and
+        clipping cannot save that step."""
         if torch.isfinite(advantages.double().square().sum().float()):
             return
         largest = torch.nan_to_num(weighted.double().abs(), nan=0.0).amax(dim=0)  # (num_funcs,)
         f = int(largest.argmax())
         logger.warning(
             "reward function %r returned rewards up to %.3g (times its reward weight): the advantages (up to %.3g) "
-            "overflow float32 when squared, so the gradient norm is inf. Rescale that reward or lower its "
+            "overflow float32 when squared, so the gradient norm is likely inf or nan and the model's weights can "
+            "turn nan. Rescale that reward or lower its "
             "reward_weights.", self.reward_func_names[f], largest[f].item(), advantages.abs().max().item(),
         )
