@@ -248,7 +248,11 @@ if __name__ == "__main__":
     if not any(arg == "--config" or arg.startswith("--config=") for arg in sys.argv[1:]):
         sys.argv[1:1] = ["--config", str(DEFAULT_CONFIG)]  # the built-in CPU quickstart; flags override it
     parser = TrlParser((MathScriptArguments, OrderGradConfig, ModelConfig))
-    main(*parser.parse_args_and_config())
+    try:
+        args = parser.parse_args_and_config()
+    except ValueError as err:  # a bad setting, named by the config's checks: one line and status 2, as argparse
+        parser.exit(2, f"{parser.prog}: error: {' '.join(str(err).split())}\n")
+    main(*args)
     # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
     # gloo's threads can abort the process ("terminate called without an active exception") after a good run.
     gc.collect()

@@ -155,6 +155,85 @@ def test_a_subprocess_error_is_one_line_with_exit_2(tmp_path):
         f"eval.run: error: --datasets {data}:1: not UTF-8 (byte 0xff at column 1); save the file as UTF-8"]
 
 
+@pytest.mark.parametrize("argv,want", [
+    (["run", *REF[:2], "--datset", "arithmetic"], "unrecognized arguments: --datset arithmetic"),
+    (["report", "--kss", "1"], "unrecognized arguments: --kss 1"),
+    (["report", "stray"], "unrecognized arguments: stray"),
+    (["run", *REF[:2], "--output_dir", ""], "--output_dir must not be empty"),
+    (["run", "--model", " "], "--model must not be empty"),
+])  # fmt: skip
+def test_unknown_flags_and_empty_names(tmp_path, capsys, monkeypatch, argv, want):
+    monkeypatch.chdir(tmp_path)
+    assert want in cli_error(capsys, argv)
+    assert list(tmp_path.iterdir()) == []  # nothing written, not even into the current directory
+
+
+def test_config_given_as_equals_once_and_keys_once(tmp_path, capsys):
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("datasets: [arithmetic]\nlimit: 1\nnum_samples: 1\n")
+    out = tmp_path / "r"
+    main(["run", f"--config={cfg}", *REF, "--output_dir", str(out)])
+    assert json.loads((out / "report.json").read_text())["datasets"]["arithmetic"]["num_samples"] == 1
+    assert "--config is given more than once" in cli_error(capsys, ["run", "--config", str(cfg), "--config", str(cfg)])
+    cfg.write_text("num_samples: 2\nnum_samples: 3\n")
+    assert f"--config {cfg}:2: not valid YAML (key 'num_samples' given twice)" in cli_error(
+        capsys, ["run", "--config", str(cfg)])
+
+
+def test_reward_weights_name_a_field_once(run_dir, capsys):
+    msg = cli_error(capsys, ["report", "--output_dir", str(run_dir), "--reward_weights", "correct=1,correct=2"])
+    assert "--reward_weights gives correct twice" in msg
+
+
+@pytest.mark.parametrize("stem", ["provenance.json", "report.md", "REPORT.json", "passk.png", "merged_model"])
+def test_a_dataset_named_like_a_run_file_is_refused(tmp_path, capsys, stem):
+    data = tmp_path / f"{stem}.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": "2"}\n')
+    msg = cli_error(capsys, ["run", *REF, "--datasets", str(data), "--output_dir", str(tmp_path / "r")])
+    assert f"gives the folder name {stem!r}" in msg and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("name,content,want", [
+    ("UP.JSONL", b'{"problem": "1+1?", "answer": [2]}\n', r"UP.JSONL:1: 'answer' is a list"),  # suffix in any case
+    ("d.jsonl", b'{"problem": "1+1?", "answer": 2.5e400}\n', r"d.jsonl:1: 'answer' is a float \(Infinity\)"),
+    ("d.jsonl", b'{"problem": "1+1?", "answer": NaN}\n', r"d.jsonl:1: 'answer' is a float \(NaN\)"),
+    ("d.json", b'[\n {"problem": "1+1?", "answer": "2"},\n {"problem": "x" "answer": "1"}\n]\n',
+     r"d.json:3: not valid JSON \(Expecting ',' delimiter"),
+    ("d.json", b'[\n {"problem": "1+1?", "answer": "2"},\n {"problem": "x", "answer": [1]}\n]\n',
+     r"d.json row 2: 'answer' is a list"),
+])  # fmt: skip
+def test_data_file_faults_are_placed(tmp_path, capsys, name, content, want):
+    data = tmp_path / name
+    data.write_bytes(content)
+    msg = cli_error(capsys, ["run", *REF, "--datasets", str(data), "--output_dir", str(tmp_path / "r")])
+    assert re.search(want, msg), msg
+
+
+def test_a_data_file_takes_only_split_labels(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"problem": "1+1?", "answer": "2"}\n')
+    msg = cli_error(capsys, ["run", *REF, "--datasets", str(data), "--split", "bogus", "--output_dir",
+                             str(tmp_path / "r")])
+    assert "--split bogus: a data file has no splits" in msg and not (tmp_path / "r").exists()
+    main(["run", *REF, "--datasets", str(data), "--split", "train", "--output_dir", str(tmp_path / "r")])
+
+
+@pytest.mark.parametrize("make,want", [
+    (lambda d: (d / "afile").write_text("x") and "afile", "a file; pass a checkpoint directory"),
+    (lambda d: (d / "empty").mkdir() or "empty", "the directory holds no config.json"),
+    (lambda d: "missing_dir/", "path not found"),
+    (lambda d: "nobody/no-such-model-here", "cannot load its tokenizer from nobody/no-such-model-here"),
+])  # fmt: skip
+def test_a_bad_model_is_one_line_before_anything_loads(tmp_path, capsys, monkeypatch, make, want):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = make(tmp_path)
+    msg = cli_error(capsys, ["run", "--backend", "hf", "--model", model, "--datasets", "arithmetic",
+                             "--output_dir", str(tmp_path / "r")])
+    assert f"--model {model}: {want}" in msg, msg
+    assert not (tmp_path / "r").exists()
+
+
 # ------------------------------------------------------------------------------------------------ the recipe
 @pytest.mark.parametrize("flag,value", [("--max_eval_samples", "-1"), ("--max_train_samples", "0")])
 def test_recipe_refuses_sample_counts_that_evaluate_nothing(flag, value):
@@ -167,3 +246,13 @@ def test_recipe_refuses_sample_counts_that_evaluate_nothing(flag, value):
 
     with pytest.raises(ValueError, match=flag.lstrip("-")):
         TrlParser(MathScriptArguments).parse_args_and_config([flag, value])
+
+
+def test_recipe_bad_setting_is_one_line_with_exit_2(tmp_path):
+    """As a user runs it (from outside the repository): the config's check, as one line, before any model loads."""
+    proc = subprocess.run([sys.executable, str(REPO / "recipes" / "math_cvar.py"), "--max_eval_samples", "-1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == \
+        "math_cvar.py: error: max_eval_samples must be >= 0 (0 skips evaluation), got -1"
+    assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []

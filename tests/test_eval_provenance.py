@@ -142,6 +142,39 @@ def test_a_run_without_provenance_is_not_resumed(tmp_path):
         generate(args, PathArgs(str(out)))
 
 
+def test_a_kill_while_the_run_is_written_resumes(two_sets, tmp_path, monkeypatch):
+    """provenance.json is written before the problems: a kill between the two leaves a run that resumes."""
+    a, _ = two_sets
+    out = tmp_path / "run"
+
+    def killed(*args, **kwargs):
+        assert (out / "provenance.json").is_file()  # already there when the first problems file is written
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(records, "write_jsonl_atomic", killed)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(output_dir=out, backend="reference", datasets=[str(a)], num_samples=2, **FAST)
+    assert not (out / "test" / "problems.jsonl").exists()
+    rep = evaluate(output_dir=out, backend="reference", datasets=[str(a)], num_samples=2, **FAST)
+    assert rep["datasets"]["test"]["metrics"]["pass@1"]["value"] == 1.0 and rep["datasets"]["test"]["num_problems"] == 3
+
+
+@pytest.mark.parametrize("content", ['{"model": ', "[]", '{"schema": 1}'])
+def test_a_damaged_provenance_file_is_named_and_overwrite_moves_it_aside(tmp_path, capsys, content):
+    out = tmp_path / "run"
+    main(ref_run("--datasets", "arithmetic", "--limit", "1", "--num_samples", "1", "--output_dir", str(out)))
+    (out / "provenance.json").write_text(content)
+    for stage in (ref_run, lambda *a: ["report", "--output_dir", str(out)]):
+        msg = cli_error(capsys, stage("--datasets", "arithmetic", "--limit", "1", "--num_samples", "1",
+                                      "--output_dir", str(out)))
+        assert f"{out / 'provenance.json'}: not " in msg and "--overwrite" in msg
+    main(ref_run("--datasets", "arithmetic", "--limit", "1", "--num_samples", "1", "--output_dir", str(out),
+                 "--overwrite"))
+    (aside,) = tmp_path.glob("run.replaced-*")
+    assert (aside / "provenance.json").read_text() == content and json.loads((out / "report.json").read_text())
+
+
 # ------------------------------------------------------------------------------------------------ paths
 @pytest.mark.parametrize("name", ["...jsonl", ".hidden.jsonl", "merged_model.jsonl"])
 def test_dataset_names_cannot_leave_or_clash_inside_the_output_dir(tmp_path, capsys, name):

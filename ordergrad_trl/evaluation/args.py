@@ -153,6 +153,8 @@ def _fits(value, annotation) -> bool:
 
 
 def _spelled(annotation) -> str:
+    if annotation is float:
+        return "a finite number"
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     return text or str(annotation).replace("typing.", "").replace("NoneType", "None")
 
@@ -199,6 +201,8 @@ def validate_generate(args: GenerateArgs) -> None:
         raise UsageError("--datasets must name at least one benchmark")
     if not args.split:
         raise UsageError("--split must not be empty")
+    if args.model is not None and not args.model.strip():
+        raise UsageError("--model must not be empty (leave it out for the default model)")
     if args.user_template is not None and "{question}" not in args.user_template:
         raise UsageError(f"--user_template must contain '{{question}}', got {args.user_template!r}")
 

@@ -34,6 +34,25 @@ _ABOUT = {
 }
 
 
+def _unique_key_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice (PyYAML keeps the last silently)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
 def _load_config(path: str) -> dict:
     import yaml
 
@@ -45,7 +64,7 @@ def _load_config(path: str) -> dict:
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"{where}: cannot read it as UTF-8 text ({err})") from None
     try:
-        config = yaml.safe_load(text)
+        config = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -66,7 +85,9 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
             raise UsageError(message)
 
     parser = Parser(STAGES[stage], prog=prog, description=_ABOUT[stage])
-    argv = list(argv)
+    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+    if argv.count("--config") > 1:
+        raise UsageError("--config is given more than once; pass one YAML file (flags override its values)")
     if "--config" in argv:
         at = argv.index("--config")
         if at + 1 >= len(argv):
@@ -86,10 +107,12 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
             check_value(owner[key], key, value, f"--config {path}: ")
         os.environ.update({str(k): str(v) for k, v in env.items()})
         parser.set_defaults_with_config(**config)
-    parsed = parser.parse_args_into_dataclasses(args=argv)
+    *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)}; see {prog} --help")
     for obj in parsed:  # the config's values are checked above: what fails here came from the command line
         check_types(obj)
-    return parsed
+    return tuple(parsed)
 
 
 def _execute(stage: str, parsed: tuple) -> dict:

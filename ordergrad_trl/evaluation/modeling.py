@@ -66,9 +66,15 @@ def resolve_model(model: str | None) -> ModelSource:
                              "load the base model")
         # the trainer saves the tokenizer beside the adapter; it may carry a chat template the base lacks
         return ModelSource(str(model), str(base), str(path), str(path) if _has_tokenizer(path) else str(base))
-    if not path.exists() and (str(model).startswith((".", "/", "~")) or os.sep * 2 in str(model)):
+    text = str(model)
+    if not path.exists() and (text.startswith((".", "/", "~")) or text.endswith(("/", os.sep)) or "//" in text):
         raise MissingPathError(f"--model {model}: path not found (relative to {Path.cwd()})")
-    return ModelSource(str(model), str(model), None, str(model))
+    if path.is_file():
+        raise UsageError(f"--model {model}: a file; pass a checkpoint directory (with config.json) or a Hub id")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise UsageError(f"--model {model}: the directory holds no config.json (nor adapter_config.json), so it is "
+                         "not a checkpoint; pass the directory the trainer saved (e.g. its checkpoint-N)")
+    return ModelSource(text, text, None, text)
 
 
 def _sha256(path: Path) -> str:
@@ -112,7 +118,12 @@ def fingerprint(source: ModelSource, previous: dict | None = None) -> dict:
 def load_tokenizer(source: ModelSource):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(source.tokenizer)
+    try:
+        tok = AutoTokenizer.from_pretrained(source.tokenizer)
+    except (OSError, ValueError) as err:  # not on the Hub / offline, no tokenizer files, a broken config
+        first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise UsageError(f"--model {source.model}: cannot load its tokenizer from {source.tokenizer} ({first})") \
+            from None
     tok.padding_side = "left"  # batched generation continues from the right end of every prompt
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token

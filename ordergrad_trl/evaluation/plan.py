@@ -16,8 +16,10 @@ from pathlib import Path
 from . import records
 from .args import GenerateArgs, PathArgs, validate_generate
 from .devices import resolve_backend, visible_devices, worker_devices
+from .errors import UsageError
 from .modeling import ModelSource, fingerprint, load_tokenizer, resolve_model
 from .problems import check_keys, load_problems, problems_sha256
+from .progress import quiet_datasets
 from .provenance import PROVENANCE, check_or_replace, dataset_entry, read_provenance, run_entry
 from .sampling import Work
 from .tokens import prompt_ids
@@ -45,20 +47,22 @@ class Plan:
 
 def _earlier_fingerprint(out: Path, source: ModelSource) -> dict | None:
     """The run's recorded fingerprint of the same model directories, whose unchanged files need no rehash."""
-    old = read_provenance(out) if out.is_dir() else None
+    try:
+        old = read_provenance(out) if out.is_dir() else None
+    except UsageError:  # refused (or moved aside) by the provenance check that follows
+        old = None
     model = (old or {}).get("model") or {}
     same = (model.get("base"), model.get("adapter")) == (source.base, source.adapter)
     return model.get("fingerprint") if same else None
 
 
-def _merge_problems(path: Path, rows: list[dict]) -> list[dict]:
-    """problems.jsonl = earlier problems (kept, so a smaller --limit never orphans samples) + new ones."""
+def _merged_problems(path: Path, rows: list[dict]) -> tuple[list[dict], bool]:
+    """problems.jsonl's new content, earlier problems (kept, so a smaller --limit never orphans samples) + new
+    ones, and whether it differs from the file."""
     old = records.read_jsonl(path)
     seen = {r["id"] for r in old}
     fresh = [{k: v for k, v in r.items() if k != "solution"} for r in rows if r["id"] not in seen]
-    if fresh or not path.is_file():
-        records.write_jsonl_atomic(path, old + fresh)
-    return old + fresh
+    return old + fresh, bool(fresh) or not path.is_file()
 
 
 def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int]]:
@@ -90,7 +94,8 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
         logger.warning("temperature=0 (greedy) with num_samples=%d: all samples of a problem will be equal",
                        args.num_samples)
     # 2. problems, and the prompts rendered with the run's tokenizer: template errors before any weights load
-    loaded = {key: load_problems(name, args, keep_solution=backend == "reference") for key, name in keys.items()}
+    with quiet_datasets(paths.disable_tqdm):
+        loaded = {key: load_problems(name, args, keep_solution=backend == "reference") for key, name in keys.items()}
     tok = load_tokenizer(source) if source is not None else None
     prompts = {key: [prompt_ids(tok, p, args.use_chat_template) for p in subset] if tok is not None else None
                for key, (subset, _) in loaded.items()}
@@ -99,17 +104,18 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     entries = {key: (dataset_entry(keys[key], args, subset), full) for key, (subset, full) in loaded.items()}
     provenance = check_or_replace(out, run_entry(args, source, fp, tok), entries, args.overwrite)
     # 4. write: provenance first (a kill from here on leaves a run that knows what it is), then the problems
-    out.mkdir(parents=True, exist_ok=True)
-    run_problems = {}
-    for key, (subset, _) in loaded.items():
-        (out / key).mkdir(exist_ok=True)
-        run_problems[key] = _merge_problems(out / key / "problems.jsonl", subset)
-        entry = entries[key][0]
-        old = provenance["datasets"].get(key)
+    merged = {key: _merged_problems(out / key / "problems.jsonl", subset) for key, (subset, _) in loaded.items()}
+    for key, (rows, _) in merged.items():
+        entry, old = entries[key][0], provenance["datasets"].get(key)
         provenance["datasets"][key] = dict(
             entry, limit=_limit(old["limit"], entry["limit"]) if old else entry["limit"],
-            num_problems=len(run_problems[key]), problems_sha256=problems_sha256(run_problems[key]))
+            num_problems=len(rows), problems_sha256=problems_sha256(rows))
+    out.mkdir(parents=True, exist_ok=True)
     records.write_json_atomic(out / PROVENANCE, provenance)
+    for key, (rows, changed) in merged.items():
+        (out / key).mkdir(exist_ok=True)
+        if changed:
+            records.write_jsonl_atomic(out / key / "problems.jsonl", rows)
     # 5. what is still to generate (of this command's problems)
     work = {}
     for key, (subset, _) in loaded.items():

@@ -1,18 +1,21 @@
 """The problems of a run: each `--datasets` entry checked, named safely, loaded, and hashed for provenance.
 
 A benchmark's directory inside `--output_dir` is its registry name, or a data file's stem. A stem that is empty,
-hidden (`.`, `..`, `.x`), holds a path separator or names the merged model's folder is refused (rename the file),
-as are two entries that would share a directory, so nothing is written outside `--output_dir` and no two sets mix.
+hidden (`.`, `..`, `.x`), holds a path separator or names a file or folder of the run itself (`provenance.json`,
+`report.md`, the merged model's folder, ...) is refused (rename the file), as are two entries that would share a
+directory, so nothing is written outside `--output_dir` and no two sets mix.
 
 A `.jsonl` / `.json` file is read as bytes and checked before the datasets loader sees it: a line that is not
-UTF-8 or not a JSON object, an empty file, or an `answer` that is a list, mapping or boolean is a UsageError
-naming the file and line (the loader would crash, or score the gold's repr).
+UTF-8 or not a JSON object, an empty file, or an `answer` that is a list, mapping, boolean or non-finite number
+is a UsageError naming the file and line (the loader would crash, or score the gold's repr). A data file has no
+splits: `--split` labels its rows (in their ids) and must be `test`, `validation` or `train`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from .args import GenerateArgs
@@ -21,12 +24,15 @@ from .modeling import MERGED_DIR
 
 __all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_sha256"]
 
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # in any case: `.JSONL` too
+# what a run directory holds besides its datasets' folders (report.py, provenance.py, modeling.py)
+RUN_FILES = ("provenance.json", "generation_config.json", "report.json", "report.md", "passk.png", MERGED_DIR)
+FILE_SPLITS = ("test", "validation", "train")
 
 
 def _file_of(name: str) -> Path | None:
     path = Path(name).expanduser()
-    if path.suffix in DATA_SUFFIXES:
+    if path.suffix.lower() in DATA_SUFFIXES:
         if not path.is_file():
             raise MissingPathError(f"--datasets {name}: file not found (relative to {Path.cwd()})")
         return path
@@ -44,10 +50,10 @@ def dataset_key(name: str) -> str:
         except ValueError as err:
             raise UsageError(f"--datasets {name}: {err}") from None
     key = path.stem
-    if not key or key.startswith(".") or "/" in key or "\\" in key or "\0" in key or key == MERGED_DIR:
+    if not key or key.startswith(".") or "/" in key or "\\" in key or "\0" in key or key.lower() in RUN_FILES:
         raise UsageError(f"--datasets {name}: the file name gives the folder name {key!r}, which is not a safe "
-                         f"name inside --output_dir (empty, hidden, a path separator or {MERGED_DIR!r}); rename "
-                         "the file")
+                         f"name inside --output_dir (empty, hidden, a path separator, or one of the run's own "
+                         f"{', '.join(RUN_FILES)}); rename the file")
     return key
 
 
@@ -83,28 +89,31 @@ def _rows_of_lines(data: bytes, where: str) -> list:
 def check_data_file(name: str, path: Path) -> None:
     """UsageError naming `--datasets <name>`, the line and the fault, unless every row is a JSON object whose
     `answer` (if any) is a string or a number."""
-    if path.suffix not in (".jsonl", ".json"):
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".json"):
         return  # parquet: typed columns, read by the loader (its errors are wrapped in load_problems)
     where = f"--datasets {name}"  # the path as given, so `<where>:<line>` reads as file and line
     data = path.read_bytes()
-    rows = None
-    if path.suffix == ".json":  # one JSON document (a list of rows), else JSON lines
+    if suffix == ".json" and data.lstrip()[:1] == b"[":  # one JSON document, a list of rows (else JSON lines)
         try:
             doc = json.loads(data.decode("utf-8"))
-            rows = [(1, r) for r in doc] if isinstance(doc, list) else [(1, doc)]
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            rows = None
-    if rows is None:
-        rows = _rows_of_lines(data, where)
+        except UnicodeDecodeError:
+            rows = [(f":{line}", r) for line, r in _rows_of_lines(data, where)]  # names the bad byte's line
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{where}:{err.lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+        else:  # the loader keeps no line numbers of a document: name the row by its place in the list
+            rows = [(f" row {i}", r) for i, r in enumerate(doc, 1)] if isinstance(doc, list) else [(":1", doc)]
+    else:
+        rows = [(f":{line}", r) for line, r in _rows_of_lines(data, where)]
     if not rows:
         raise UsageError(f"{where}: no problems (the file is empty)")
-    for line, row in rows:
+    for at, row in rows:
         if not isinstance(row, dict):
-            raise UsageError(f"{where}:{line}: a row must be a JSON object, got {type(row).__name__}")
+            raise UsageError(f"{where}{at}: a row must be a JSON object, got {type(row).__name__}")
         gold = row.get("answer")
-        if isinstance(gold, (list, dict, bool)):
-            raise UsageError(f"{where}:{line}: 'answer' is a {type(gold).__name__} ({json.dumps(gold)[:60]}); a gold "
-                             "answer must be a string or a number")
+        if isinstance(gold, (list, dict, bool)) or (isinstance(gold, float) and not math.isfinite(gold)):
+            raise UsageError(f"{where}{at}: 'answer' is a {type(gold).__name__} ({json.dumps(gold)[:60]}); a gold "
+                             "answer must be a string or a finite number")
 
 
 def problems_sha256(problems: list[dict]) -> str:
@@ -125,6 +134,9 @@ def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) ->
     key = dataset_key(name)
     path = _file_of(name)
     if path is not None:
+        if args.split not in FILE_SPLITS:
+            raise UsageError(f"--split {args.split}: a data file has no splits; --split labels its rows and must be "
+                             f"one of {', '.join(FILE_SPLITS)} (--datasets {name})")
         check_data_file(name, path)
     worked = keep_solution and key in REFERENCE_SOLUTION_SETS
     where = f"--datasets {name} (--split {args.split})"

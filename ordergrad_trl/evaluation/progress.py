@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["progress"]
+import contextlib
+import sys
+
+__all__ = ["progress", "quiet_datasets"]
 
 
 def progress(total: int, desc: str, unit: str, disable: bool = False, **kw):
@@ -11,3 +14,18 @@ def progress(total: int, desc: str, unit: str, disable: bool = False, **kw):
 
     return tqdm(total=total, desc=desc, unit=unit, disable=True if disable else None, dynamic_ncols=True,
                 smoothing=0.1, **kw)
+
+
+@contextlib.contextmanager
+def quiet_datasets(disable: bool = False):
+    """The datasets library's own bars (reading a data file) by the same rule as ours, restored afterwards."""
+    import datasets
+
+    off = (disable or not sys.stderr.isatty()) and not datasets.are_progress_bars_disabled()
+    if off:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if off:
+            datasets.enable_progress_bars()

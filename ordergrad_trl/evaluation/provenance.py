@@ -57,8 +57,21 @@ def dataset_entry(name: str, args, problems: list[dict]) -> dict:
 
 
 def read_provenance(out: Path) -> dict | None:
+    """The run's provenance, None if it has none; a file that is not one (it is written atomically, so edited by
+    hand) is a UsageError, since the run's samples can no longer be told apart from another run's."""
     path = out / PROVENANCE
-    return json.loads(path.read_bytes()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        problem = f"not valid JSON ({err})"
+    else:
+        parts = ("model", "prompt", "sampling", "datasets")
+        if isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in parts):
+            return data
+        problem = f"not a provenance record (a JSON object with {', '.join(parts)})"
+    raise UsageError(f"{path}: {problem}; restore it, or pass --overwrite to move the run aside and start afresh")
 
 
 def _model_id(model: dict) -> tuple:
@@ -113,9 +126,15 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> d
     `datasets` is {key: (entry, fresh problems of the whole set)}. A run with other provenance is refused, or with
     `overwrite` moved aside (nothing is deleted).
     """
-    old = read_provenance(out) if out.is_dir() else None
+    try:
+        old, changes = (read_provenance(out) if out.is_dir() else None), []
+    except UsageError as err:
+        if not overwrite:
+            raise
+        old, changes = None, [str(err).split(";")[0]]
     legacy = old is None and out.is_dir() and ((out / _LEGACY).is_file() or bool(records.dataset_dirs(out)))
-    changes = ["it was written without provenance (by an earlier version)"] if legacy else []
+    if legacy and not changes:
+        changes = ["it was written without provenance (by an earlier version)"]
     if old is not None:
         if old.get("schema") != 1:
             changes.append(f"provenance schema {old.get('schema')!r} is not 1")

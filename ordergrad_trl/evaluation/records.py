@@ -163,6 +163,8 @@ def completion_crc(text: str) -> int:
 def run_dir(output_dir: str | os.PathLike) -> Path:
     """`--output_dir` as an absolute path, so worker processes and later stages agree on it whatever their cwd;
     a UsageError when it exists but is not a directory."""
+    if not str(output_dir).strip():  # Path("") is the current directory
+        raise UsageError("--output_dir must not be empty; name the run's directory")
     out = Path(output_dir).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--output_dir {output_dir}: {out} is a file, not a directory; pass a directory")

@@ -47,6 +47,8 @@ def parse_reward_weights(text: str) -> dict[str, float]:
         if not sep or name not in ("correct", "format"):
             raise UsageError(f"--reward_weights must look like 'correct=1,format=0.2' (fields: correct, format), "
                              f"got {text!r}")
+        if name in out:
+            raise UsageError(f"--reward_weights gives {name} twice (in {text!r})")
         try:
             out[name] = float(value)
         except ValueError:
