@@ -2,10 +2,11 @@
 
     python benchmarks/grad_norms.py --preset quickstart     # the CPU quickstart as configured, ~6 min on 2 cores
     python benchmarks/grad_norms.py --preset long           # SmolLM2-135M, up to 384 tokens at T=1, 1 step, ~5 min
-    python benchmarks/grad_norms.py --preset quickstart -- --loss_type dr_grpo   # extra recipe overrides after --
+    python benchmarks/grad_norms.py --preset quickstart -- --max_completion_length 128   # recipe overrides after --
 
 Runs `accelerate launch --cpu --num_processes 1 recipes/math_cvar.py` with the preset's overrides and
-`--max_grad_norm 1e9` (transformers logs the norm only when clipping is on; 1e9 never clips), parses the per-step
+`--max_grad_norm 1e9` (transformers logs the norm only when clipping is on; 1e9 never clips) and
+`--loss_type luspo` (after the overrides: the norms of the other loss types follow from it), parses the per-step
 log lines and prints, per step, the total gradient norm, the mean completion length and the `max_completion_length`
 L, and the norm divided by L, which is exactly the norm `loss_type="dr_grpo"` would give on the same batch
 (on-policy, dr_grpo's gradient is luspo's over L: `tests/test_trl_contract.py::test_loss_gradient_is_plain_reinforce`).
@@ -77,6 +78,7 @@ def main(argv=None) -> int:
     parser.add_argument("--log", help="write the recipe's output to this file as it runs (default: a temp file)")
     parser.add_argument("overrides", nargs="*", help="extra recipe arguments (after --)")
     args = parser.parse_args(argv)
+    args.config = str(Path(args.config).expanduser().resolve())  # the recipe runs with cwd=REPO
 
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [

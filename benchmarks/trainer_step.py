@@ -2,8 +2,8 @@
 
     OMP_NUM_THREADS=1 python benchmarks/trainer_step.py [--rounds 10 --steps 12 --num-generations 8 ...]
 
-Both trainers get identical TRL settings (OrderGrad's defaults: loss_type="luspo", sequence-level importance
-sampling, scale_rewards="none") and learning_rate=0, so they sample identical completions and the only
+Both trainers get identical TRL settings (loss_type="luspo" with sequence-level importance sampling, the exact
+REINFORCE loss, and scale_rewards="none", OrderGrad's default) and learning_rate=0, so they sample identical completions and the only
 difference is OrderGrad's advantage path. Each round trains both (alternating which goes first) for `--steps`
 steps; a callback times every optimizer step after `--warmup` ones (CPU time on CPU, wall time on GPU).
 Reported: median step time of each and their ratio three ways (ratio of the medians; median of the per-round

@@ -154,8 +154,9 @@ def run_unit(unit: str, args, cfg: dict) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units", nargs="*", help="units to run (default: every missing one), e.g. grpo-s0 base")
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
-    parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS))
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS),
+                        help="arms whose missing units run (the summary covers every finished unit)")
+    parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS), help="seeds whose missing units run")
     parser.add_argument("--config", default=str(CONFIG), help="training config shared by every arm")
     parser.add_argument("--model_name_or_path", default=None, help="base model (default: the config's)")
     parser.add_argument("--eval_problems", type=int, default=200)
@@ -170,6 +171,10 @@ def main():
     parser.add_argument("--train_overrides", nargs=argparse.REMAINDER, default=[],
                         help="extra recipe arguments for every arm, e.g. --train_overrides --max_steps 10")  # fmt: skip
     args = parser.parse_args()
+    # units run with cwd=REPO: paths the user gave relative to their own directory are made absolute here
+    args.config = str(Path(args.config).expanduser().resolve())
+    if args.model_name_or_path and Path(args.model_name_or_path).expanduser().exists():
+        args.model_name_or_path = str(Path(args.model_name_or_path).expanduser().resolve())
     cfg_overrides = {}
     if args.smoke:
         args.eval_problems, args.num_samples = 2, 4
@@ -198,10 +203,10 @@ def main():
                     failed.append(futures[future])
                     print(f"[{futures[future]}] FAILED: {future.exception()}", flush=True)
         if failed:
-            summarize(Path(args.assets_dir), args.arms, arm_flags=ARMS)
-            raise SystemExit(f"units failed: {failed} (rerun the same command to retry them)")
+            summarize(Path(args.assets_dir), list(ARMS), arm_flags=ARMS)
+            raise SystemExit(f"units failed: {failed} (the errors are above; rerun the same command to retry them)")
 
-    summarize(Path(args.assets_dir), args.arms, arm_flags=ARMS)
+    summarize(Path(args.assets_dir), list(ARMS), arm_flags=ARMS)  # every finished unit, whichever ran now
 
 
 if __name__ == "__main__":

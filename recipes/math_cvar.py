@@ -16,7 +16,7 @@ Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in `digits` sum
 (`--cpu --num_processes 1` lets accelerate give the process every physical core; without them it pins it to one thread.)
 
 Without `--config` the recipe runs `recipes/configs/cpu_quickstart.yaml`, and any flag overrides it (e.g.
-`--max_steps 2`). On GPUs (vLLM colocate: every GPU trains and generates):
+`--max_steps 2`); a `--config` path relative to the repository root also resolves from another directory. On GPUs (vLLM colocate: every GPU trains and generates):
 
     accelerate launch --config_file accelerate_configs/zero2.yaml --num_processes 8 \
         recipes/math_cvar.py --config recipes/configs/qwen2.5_math_1.5b_cvar_colocate.yaml
@@ -46,6 +46,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+import yaml
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
@@ -244,15 +245,36 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.end()
 
 
-if __name__ == "__main__":
-    if not any(arg == "--config" or arg.startswith("--config=") for arg in sys.argv[1:]):
-        sys.argv[1:1] = ["--config", str(DEFAULT_CONFIG)]  # the built-in CPU quickstart; flags override it
+def parse_command_line(argv: list[str]) -> tuple:
+    """The three argument groups; bad input (a missing or broken `--config`, a bad setting) exits with one line
+    and status 2, as argparse does for a bad flag."""
     parser = TrlParser((MathScriptArguments, OrderGradConfig, ModelConfig))
+
+    def fail(message: str):
+        parser.exit(2, f"{parser.prog}: error: {' '.join(message.split())}\n")
+
+    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+    if "--config" not in argv:
+        argv = ["--config", str(DEFAULT_CONFIG), *argv]  # the built-in CPU quickstart; flags override it
+    if argv.count("--config") > 1 or argv.index("--config") + 1 == len(argv):
+        fail("--config takes one YAML file (flags override its values)")
+    at = argv.index("--config") + 1
+    config = Path(argv[at]).expanduser()
+    beside = Path(__file__).resolve().parents[1] / config  # the docs' paths are relative to the repository root
+    if not config.is_file() and not config.is_absolute() and beside.is_file():
+        config, argv[at] = beside, str(beside)
+    if not Path(config).is_file():
+        fail(f"--config {config}: no such file (relative to {Path.cwd()})")
     try:
-        args = parser.parse_args_and_config()
-    except ValueError as err:  # a bad setting, named by the config's checks: one line and status 2, as argparse
-        parser.exit(2, f"{parser.prog}: error: {' '.join(str(err).split())}\n")
-    main(*args)
+        return parser.parse_args_and_config(argv)
+    except ValueError as err:  # a bad setting, named by the config's checks
+        fail(str(err))
+    except yaml.YAMLError as err:
+        fail(f"--config {config}: not valid YAML ({err})")
+
+
+if __name__ == "__main__":
+    main(*parse_command_line(sys.argv[1:]))
     # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
     # gloo's threads can abort the process ("terminate called without an active exception") after a good run.
     gc.collect()

@@ -293,3 +293,23 @@ def test_new_seeds_ran_at_the_preregistered_commit():
     prereg = commits.pop()
     assert not prereg.endswith("+dirty")
     assert "34dbfb7" in (REPO / "docs" / "results.md").read_text() and prereg.startswith("34dbfb7")
+
+
+def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_path):
+    """The docstring's ten-seed command, once every unit is in, writes the summary `--summarize` writes: the summary
+    covers every finished unit, not only the arms and seeds of the command line (cwd elsewhere)."""
+    ten_seed = "--arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9"
+    assert ten_seed in (REPO / "recipes" / "compare_objectives.py").read_text()
+    published = REPO / "recipes" / "assets"
+    assets = tmp_path / "compare_objectives"
+    assets.mkdir()
+    for unit in (published / "compare_objectives").glob("*.json"):
+        (assets / unit.name).write_bytes(unit.read_bytes())
+    cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), *ten_seed.split(),
+           "--assets_dir", str(assets)]  # fmt: skip
+    result = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0 and "running []" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+    for suffix in (".md", ".json"):
+        assert (tmp_path / f"compare_objectives{suffix}").read_bytes() == \
+            (published / f"compare_objectives{suffix}").read_bytes(), suffix

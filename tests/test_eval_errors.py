@@ -161,6 +161,7 @@ def test_a_subprocess_error_is_one_line_with_exit_2(tmp_path):
     (["report", "stray"], "unrecognized arguments: stray"),
     (["run", *REF[:2], "--output_dir", ""], "--output_dir must not be empty"),
     (["run", "--model", " "], "--model must not be empty"),
+    (["run", *REF[:2], "--datasets", "gsm8k", "--data_dir", "."], "--data_dir . is read only with --local_data"),
 ])  # fmt: skip
 def test_unknown_flags_and_empty_names(tmp_path, capsys, monkeypatch, argv, want):
     monkeypatch.chdir(tmp_path)

@@ -97,3 +97,18 @@ def test_eval_rewards_report_is_the_paired_problem_bootstrap(recipe):
     lo, hi = interval(change)
     assert text == (f"eval math reward (pass@1, 12 problems x 2 samples, 95% CI): {cells[0]} before -> {cells[1]} "
                     f"after; change {change.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]")
+
+def test_command_line_config_forms_and_errors(recipe, tmp_path, monkeypatch, capsys):
+    """`--config=FILE`, a repository-relative path from another directory, and one-line errors with status 2."""
+    monkeypatch.chdir(tmp_path)
+    script_args, config, _ = recipe.parse_command_line(["--config=recipes/configs/cpu_cvar.yaml", "--max_steps", "3"])
+    assert config.ordergrad_plan.stages[0].objective.startswith("LowerTailMean") and config.max_steps == 3
+    (tmp_path / "bad.yaml").write_text("max_steps: [1\n")
+    for argv, want in [(["--config", "nope.yaml"], "--config nope.yaml: no such file"),
+                       (["--config", "bad.yaml"], "--config bad.yaml: not valid YAML"),
+                       (["--config", "bad.yaml", "--config", "bad.yaml"], "--config takes one YAML file"),
+                       (["--ordergrad_k", "99"], "ordergrad_k (99) must be smaller than num_generations")]:
+        with pytest.raises(SystemExit) as exc:
+            recipe.parse_command_line(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exc.value.code == 2 and len(err) == 1 and want in err[0], err

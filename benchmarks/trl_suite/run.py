@@ -127,7 +127,8 @@ def report(classes: dict) -> str:
     lines = ["| class | tests |", "|---|---|"]
     lines += [f"| {name} | {len(items)} |" for name, items in classes.items()]
     skip_reasons = Counter(reason for _, reason in classes["skipped"])
-    lines += ["", "Skip reasons: " + "; ".join(f"{r} ({n})" for r, n in skip_reasons.most_common())]
+    if skip_reasons:
+        lines += ["", "Skip reasons: " + "; ".join(f"{r} ({n})" for r, n in skip_reasons.most_common())]
     for key in ("by_design", "regression", "fails_with_grpo_too", "only_ordergrad_passes"):
         if classes[key]:
             items = [item if isinstance(item, str) else " | ".join(item) for item in classes[key]]

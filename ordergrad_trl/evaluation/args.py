@@ -46,7 +46,7 @@ class GenerateArgs:
     datasets: list[str] = field(
         default_factory=lambda: ["math500"],
         metadata={"help": "Benchmarks: math500, gsm8k, aime24, aime25, amc23, minerva, olympiadbench, arithmetic "
-                          "(built in), or paths to .jsonl/.json/.parquet files."},
+                          "and digits (built in), or paths to .jsonl/.json/.parquet files."},
     )
     split: str = field(default="test", metadata={"help": "Split to evaluate."})
     local_data: bool = field(
@@ -201,6 +201,8 @@ def validate_generate(args: GenerateArgs) -> None:
         raise UsageError("--datasets must name at least one benchmark")
     if not args.split:
         raise UsageError("--split must not be empty")
+    if args.data_dir is not None and not args.local_data:
+        raise UsageError(f"--data_dir {args.data_dir} is read only with --local_data (else the Hub); add --local_data")
     if args.model is not None and not args.model.strip():
         raise UsageError("--model must not be empty (leave it out for the default model)")
     if args.user_template is not None and "{question}" not in args.user_template:

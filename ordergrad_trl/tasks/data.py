@@ -63,8 +63,9 @@ def _load_hub(spec: MathSetSpec, split: str) -> datasets.Dataset:
         return datasets.load_dataset(spec.hub_id, spec.hub_config, split=hub_split)
     except OSError as err:  # ConnectionError, LocalEntryNotFoundError, DatasetNotFoundError, HfHubHTTPError
         local_hint = (
-            f"load_math_dataset({spec.name!r}, local=True) to read {spec.local_file} from the shared data dir "
-            f"({shared_data_dir()}, override with $ORDERGRAD_SHARED_DATA), or "
+            f"read the local copy {spec.local_file} from the shared data dir ({shared_data_dir()}, override with "
+            "$ORDERGRAD_SHARED_DATA) with local=True (ordergrad-eval: --local_data; anywhere: "
+            "ORDERGRAD_LOCAL_DATA=1), or "
             if spec.local_file
             else ""
         )
@@ -172,7 +173,8 @@ def load_math_dataset(
         file = file / spec.local_file
         if not file.is_file():
             raise FileNotFoundError(
-                f"local file for {spec.name!r} not found: {file} (set $ORDERGRAD_SHARED_DATA or data_dir=)"
+                f"local file for {spec.name!r} not found: {file} (set $ORDERGRAD_SHARED_DATA, or data_dir=; "
+                "ordergrad-eval: --data_dir)"
             )
         return format_rows(_load_file(file), spec, split, **fmt)
     return format_rows(_load_hub(spec, split), spec, split, **fmt)

@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train_set", default="math", help="a set name of ordergrad_trl.tasks.sets (default: math)")
     parser.add_argument("--train_split", default=None, help="default: the set's default split")
     parser.add_argument("--test_set", default="math500", help="default: math500")
-    parser.add_argument("--local", action="store_true", help="read ../shared/data files instead of the Hub")
+    parser.add_argument("--local", action="store_true",
+                        help="read ../shared/data files ($ORDERGRAD_SHARED_DATA) instead of the Hub; they hold test "
+                             "splits only, so pass a --train_set that has one, e.g. --train_set math500")
     args = parser.parse_args(argv)
 
     import pandas as pd
@@ -55,7 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     for file, name, split in (("train", args.train_set, args.train_split), ("test", args.test_set, None)):
-        rows = verl_rows(name, split, args.local)
+        try:
+            rows = verl_rows(name, split, args.local)
+        except (ValueError, FileNotFoundError, ConnectionError) as err:  # a set without a local file, the Hub down
+            hint = "" if args.local else " (offline: --local reads the test sets in ../shared/data)"
+            parser.exit(2, f"{parser.prog}: error: --{file}_set {name}: {' '.join(str(err).split())}{hint}\n")
         pd.DataFrame(rows).to_parquet(out / f"{file}.parquet")
         print(f"{out / f'{file}.parquet'}: {len(rows)} rows of {name}")
 
