@@ -3,13 +3,13 @@
     OMP_NUM_THREADS=1 python benchmarks/trainer_step.py [--rounds 10 --steps 12 --num-generations 8 ...]
 
 Both trainers get identical TRL settings (loss_type="luspo" with sequence-level importance sampling, the exact
-REINFORCE loss, and scale_rewards="none", OrderGrad's default) and learning_rate=0, so they sample identical completions and the only
-difference is OrderGrad's advantage path. Each round trains both (alternating which goes first) for `--steps`
-steps; a callback times every optimizer step after `--warmup` ones (CPU time on CPU, wall time on GPU).
-Reported: median step time of each and their ratio three ways (ratio of the medians; median of the per-round
-ratios, robust to load drifting between rounds; ratio of the fastest steps, since noise only adds time; target:
-within 2%), and the work OrderGrad adds per step (`_ordergrad_advantages`, slicing and log replacement, timed
-directly), which is the low-noise view of the overhead.
+REINFORCE loss, and scale_rewards="none", OrderGrad's default) and learning_rate=0, so they sample identical
+completions and the only difference is OrderGrad's advantage path. Each round trains both (alternating which goes
+first) for `--steps` steps; a callback times every optimizer step after `--warmup` ones (CPU time on CPU, wall time
+on GPU). Reported: median step time of each and their ratio three ways (ratio of the medians; median of the
+per-round ratios, robust to load drifting between rounds; ratio of the fastest steps, since noise only adds time;
+target: within 2%), and the work OrderGrad adds per step (`_ordergrad_advantages`, slicing and log replacement,
+timed directly), which is the low-noise view of the overhead.
 """
 
 from __future__ import annotations

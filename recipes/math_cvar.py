@@ -16,7 +16,8 @@ Quickstart, offline on a CPU (SmolLM2-135M-Instruct on the built-in `digits` sum
 (`--cpu --num_processes 1` lets accelerate give the process every physical core; without them it pins it to one thread.)
 
 Without `--config` the recipe runs `recipes/configs/cpu_quickstart.yaml`, and any flag overrides it (e.g.
-`--max_steps 2`); a `--config` path relative to the repository root also resolves from another directory. On GPUs (vLLM colocate: every GPU trains and generates):
+`--max_steps 2`); a `--config` path relative to the repository root also resolves from another directory.
+On GPUs (vLLM colocate: every GPU trains and generates):
 
     accelerate launch --config_file accelerate_configs/zero2.yaml --num_processes 8 \
         recipes/math_cvar.py --config recipes/configs/qwen2.5_math_1.5b_cvar_colocate.yaml
@@ -263,7 +264,7 @@ def parse_command_line(argv: list[str]) -> tuple:
     beside = Path(__file__).resolve().parents[1] / config  # the docs' paths are relative to the repository root
     if not config.is_file() and not config.is_absolute() and beside.is_file():
         config, argv[at] = beside, str(beside)
-    if not Path(config).is_file():
+    if not config.is_file():
         fail(f"--config {config}: no such file (relative to {Path.cwd()})")
     try:
         return parser.parse_args_and_config(argv)

@@ -33,7 +33,8 @@ def third_party(names: set[str]) -> set[str]:
     "module,allowed",
     [
         # packaging: verl itself requires it
-        ("verl.py", lambda n: n in ("torch", "verl", "ordergrad_trl.core", "packaging.version") or n.startswith("verl.")),
+        ("verl.py",
+         lambda n: n in ("torch", "verl", "ordergrad_trl.core", "packaging.version") or n.startswith("verl.")),
         ("verl_reward.py", lambda n: n == "ordergrad_trl.tasks.math_verify_pool"),
         ("__init__.py", lambda n: False),
     ],

@@ -128,7 +128,7 @@ def _execute(stage: str, parsed: tuple) -> dict:
         stats = score(*parsed)
         print(json.dumps(stats, indent=2))
         return stats
-    from .records import run_dir
+    from .records import REPORT_MD, run_dir
 
     if stage == "run":
         from .run import run
@@ -138,7 +138,7 @@ def _execute(stage: str, parsed: tuple) -> dict:
         from .report import report
 
         result = report(*parsed)
-    print((run_dir(parsed[-1].output_dir) / "report.md").read_text(encoding="utf-8"))
+    print((run_dir(parsed[-1].output_dir) / REPORT_MD).read_text(encoding="utf-8"))
     return result
 
 

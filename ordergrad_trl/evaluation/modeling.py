@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MissingPathError, UsageError
+from .records import MERGED_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ __all__ = ["ModelSource", "fingerprint", "load_model", "load_model_and_tokenizer
 
 _MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".jinja", ".txt", ".model", ".gguf", ".tiktoken")
 _NOT_MODEL = ("trainer_state.json", "training_args.bin")  # training bookkeeping saved beside the weights
-MERGED_DIR = "merged_model"
 
 
 @dataclass(frozen=True)

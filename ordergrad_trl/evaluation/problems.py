@@ -20,13 +20,11 @@ from pathlib import Path
 
 from .args import GenerateArgs
 from .errors import MissingPathError, UsageError
-from .modeling import MERGED_DIR
+from .records import RUN_FILES
 
 __all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_sha256"]
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # in any case: `.JSONL` too
-# what a run directory holds besides its datasets' folders (report.py, provenance.py, modeling.py)
-RUN_FILES = ("provenance.json", "generation_config.json", "report.json", "report.md", "passk.png", MERGED_DIR)
 FILE_SPLITS = ("test", "validation", "train")
 
 

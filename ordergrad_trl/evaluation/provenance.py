@@ -21,13 +21,12 @@ from pathlib import Path
 
 from . import records
 from .errors import UsageError
+from .records import PROVENANCE
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["PROVENANCE", "check_or_replace", "dataset_entry", "read_provenance", "run_entry"]
 
-PROVENANCE = "provenance.json"
-_LEGACY = "generation_config.json"  # written by earlier versions: sampling settings only
 SAMPLING = ("temperature", "top_p", "top_k", "max_new_tokens")
 PROMPT = ("system_prompt", "user_template", "use_chat_template")
 
@@ -132,7 +131,8 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> d
         if not overwrite:
             raise
         old, changes = None, [str(err).split(";")[0]]
-    legacy = old is None and out.is_dir() and ((out / _LEGACY).is_file() or bool(records.dataset_dirs(out)))
+    earlier = out.is_dir() and ((out / records.LEGACY_CONFIG).is_file() or bool(records.dataset_dirs(out)))
+    legacy = old is None and earlier
     if legacy and not changes:
         changes = ["it was written without provenance (by an earlier version)"]
     if old is not None:

@@ -28,6 +28,13 @@ from .errors import MissingPathError, UsageError
 
 __all__ = [
     "GEN_GLOB",
+    "LEGACY_CONFIG",
+    "MERGED_DIR",
+    "PLOT",
+    "PROVENANCE",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "RUN_FILES",
     "append_jsonl",
     "completion_crc",
     "dataset_dirs",
@@ -41,6 +48,12 @@ __all__ = [
 ]
 
 GEN_GLOB = "generations*.jsonl"
+# What a run directory holds besides its datasets' folders (a dataset may not take one of these names)
+PROVENANCE = "provenance.json"
+LEGACY_CONFIG = "generation_config.json"  # written before provenance.json: sampling settings only
+REPORT_JSON, REPORT_MD, PLOT = "report.json", "report.md", "passk.png"
+MERGED_DIR = "merged_model"  # an adapter merged into its base, for vLLM and data-parallel workers
+RUN_FILES = (PROVENANCE, LEGACY_CONFIG, REPORT_JSON, REPORT_MD, PLOT, MERGED_DIR)
 
 
 def _row(line: bytes) -> dict | None:

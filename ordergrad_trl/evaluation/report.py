@@ -210,7 +210,7 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
     objectives = [parse_objective(o) for o in args.objectives]
     out, dirs = records.require_run(paths.output_dir, "report")
     provenance = read_provenance(out)
-    legacy = out / "generation_config.json"  # runs written before provenance.json
+    legacy = out / records.LEGACY_CONFIG  # runs written before provenance.json
     result = {
         "generation": _generation(provenance) if provenance else (json.loads(legacy.read_bytes()) if legacy.is_file()
                                                                    else None),
@@ -224,11 +224,11 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
             result["datasets"][d.name] = ds
     if not result["datasets"]:
         raise UsageError(f"--output_dir {paths.output_dir}: no scored samples in {out}; run the score stage first")
-    if args.plot and result["datasets"] and plot(result, out / "passk.png"):
-        result["plot"] = str(out / "passk.png")
-    records.write_json_atomic(out / "report.json", result)
+    if args.plot and result["datasets"] and plot(result, out / records.PLOT):
+        result["plot"] = str(out / records.PLOT)
+    records.write_json_atomic(out / records.REPORT_JSON, result)
     binary_reward = reward_weights == {"correct": 1.0}
-    (out / "report.md").write_text(render_markdown(result, binary_reward), encoding="utf-8")
+    (out / records.REPORT_MD).write_text(render_markdown(result, binary_reward), encoding="utf-8")
     return result
 
 

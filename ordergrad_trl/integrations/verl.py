@@ -31,7 +31,8 @@ import functools
 import logging
 
 logger = logging.getLogger(__name__)
-_FAILED = "ordergrad_trl could not register algorithm.adv_estimator=%s with verl; runs that select it will fail"
+NAME = "ordergrad"
+_FAILED = f"ordergrad_trl could not register algorithm.adv_estimator={NAME} with verl; runs that select it will fail"
 
 try:  # verl's plugin loader hides import errors (debug level): say it here, loudly, whatever fails
     import torch
@@ -39,12 +40,11 @@ try:  # verl's plugin loader hides import errors (debug level): say it here, lou
 
     from ordergrad_trl.core import lstat_advantage, rank_weights
 except Exception:
-    logger.error(_FAILED, "ordergrad", exc_info=True)  # NAME is defined below
+    logger.error(_FAILED, exc_info=True)
     raise
 
 __all__ = ["NAME", "compute_ordergrad_advantage", "grouped_lstat_advantage", "check_config", "weights_from_config"]
 
-NAME = "ordergrad"
 OBJECTIVE_KEY, K_KEY = "ordergrad_objective", "ordergrad_k"
 DEFAULT_OBJECTIVE, DEFAULT_K = "TopM:2", 4  # OrderGradConfig's defaults
 TESTED_VERL = ("0.9.1", "0.10")  # [lowest tested, first untested) release; pyproject's `verl` group pins it
@@ -230,5 +230,5 @@ try:
 except Exception:
     # verl's plugin loader logs import errors at debug level only; without this the first sign would be
     # "Unknown advantage estimator" after the first rollout
-    logger.error(_FAILED, NAME, exc_info=True)
+    logger.error(_FAILED, exc_info=True)
     raise

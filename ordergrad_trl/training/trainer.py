@@ -328,8 +328,8 @@ class OrderGradTrainer(GRPOTrainer):
         for f in infinite.nonzero().flatten().tolist():
             raise ValueError(
                 f"reward function {self.reward_func_names[f]!r} returned +-inf for {int(infinite[f])} of "
-                f"{rewards_per_func.shape[0]} rollouts at step {self.state.global_step + 1}: return a finite reward, or "
-                "None for a rollout it cannot score."
+                f"{rewards_per_func.shape[0]} rollouts at step {self.state.global_step + 1}: return a finite reward, "
+                "or None for a rollout it cannot score."
             )
 
     def _warn_if_overflowing(self, advantages: torch.Tensor, weighted: torch.Tensor) -> None:
@@ -343,6 +343,6 @@ class OrderGradTrainer(GRPOTrainer):
         logger.warning(
             "reward function %r returned rewards up to %.3g (times its reward weight): the advantages (up to %.3g) "
             "overflow float32 when squared, so the gradient norm is likely inf or nan and the model's weights can "
-            "turn nan. Rescale that reward or lower its "
-            "reward_weights.", self.reward_func_names[f], largest[f].item(), advantages.abs().max().item(),
+            "turn nan. Rescale that reward or lower its reward_weights.",
+            self.reward_func_names[f], largest[f].item(), advantages.abs().max().item(),
         )
