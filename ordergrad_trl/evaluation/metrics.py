@@ -13,13 +13,20 @@ NaN samples are dropped per problem (n becomes the number of valid samples); a p
 samples gives NaN and is left out of the benchmark mean.
 
 maj@k is not an L-statistic (the vote depends on the answers, not only on the rewards); see `maj_at_k`.
+
+`METRICS` is the one table of the reported metrics (report.json key, report.md label, how each is computed, per k
+or not, where it shows); `report`, `render`, the plot and the docs' metric table iterate it. A new metric is one
+`@register_metric` definition at the end of this file (plus its test against brute force).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -28,15 +35,19 @@ from ordergrad_trl import lstat_value, rank_weights
 from ordergrad_trl.core.stats import bootstrap_ci  # re-exported: the CI of every eval report
 
 __all__ = [
+    "METRICS",
+    "Metric",
     "best_of_k",
     "bootstrap_ci",
     "cvar_at_k",
     "lstat_metric",
     "maj_at_k",
     "maj_from_counts",
+    "metric_table_markdown",
     "pass_at_k",
     "pass_hat_k",
     "problem_mean",
+    "register_metric",
     "worst_of_k",
 ]
 
@@ -222,3 +233,124 @@ def _binom_table(n: int, exact: bool) -> np.ndarray:
     table = table if exact else table.astype(np.float64)
     table.flags.writeable = False
     return table
+
+
+# ------------------------------------------------------------------------------------------- the metric table
+PLACES = ("table", "breakdown", "plot")  # report.md's table over k (or of single values), per-group tables, passk.png
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported metric. `key` and `label` are templates: `{k}` and every name in `params` (a report setting
+    such as `cvar_q`, written with `:g`) are filled in, e.g. "cvar{cvar_q}@{k}" -> "cvar0.25@4"."""
+
+    name: str
+    key: str  # report.json key under "metrics"
+    label: str  # report.md row label
+    on: str  # "correct" (0/1 correctness, shown in %) or "reward" (the --reward_weights reward; % only when 0/1)
+    compute: Callable[[Mapping[str, torch.Tensor], int | None, Mapping], torch.Tensor]  # (inputs, k, config) -> (P,)
+    definition: str  # the docs' "definition" column
+    as_lstat: str  # the docs' "as an L-statistic" column
+    per_k: bool = True  # one value per k of --ks, else one value (k = None)
+    shows: frozenset[str] = frozenset({"table"})  # a subset of PLACES
+    params: tuple[str, ...] = ()
+    same_as_on_binary: str | None = None  # the metric it equals on a 0/1 reward: not shown then (best@k = pass@k)
+    breakdown_ks: tuple[str, ...] = ("last",)  # "first" / "last" of --ks, where "breakdown" in shows
+    plot_style: tuple[str, str] = ("-", "o")  # line style and marker, where "plot" in shows
+
+    def _fill(self, template: str, k: int | None, config: Mapping) -> str:
+        return template.format(k=k, **{p: f"{config[p]:g}" for p in self.params})
+
+    def key_at(self, k: int | None, config: Mapping) -> str:
+        return self._fill(self.key, k, config)
+
+    def label_at(self, config: Mapping) -> str:
+        return self._fill(self.label, None, config)
+
+    def percent(self, binary_reward: bool) -> bool:
+        return self.on == "correct" or binary_reward
+
+    def visible(self, binary_reward: bool) -> bool:
+        return not (binary_reward and self.same_as_on_binary)
+
+
+_METRICS: dict[str, Metric] = {}
+METRICS: Mapping[str, Metric] = MappingProxyType(_METRICS)
+"""Every reported metric by name, in display order."""
+
+
+def register_metric(name: str, **fields) -> Callable:
+    """Decorator: `fn(inputs, k, config) -> (P,)` becomes the metric `name` (fields: those of `Metric`). `inputs`
+    holds `(P, n)` tensors `correct`, `reward` (NaN = missing) and `labels` (answer classes, -1 = no answer);
+    `config` is the report's settings (`ReportArgs` as a dict)."""
+    unknown = set(fields.get("shows", ())) - set(PLACES)
+    if unknown:
+        raise ValueError(f"metric {name!r}: unknown places {sorted(unknown)}; valid: {', '.join(PLACES)}")
+    if fields.get("on") not in ("correct", "reward"):
+        raise ValueError(f"metric {name!r}: on must be 'correct' or 'reward', got {fields.get('on')!r}")
+
+    def add(fn: Callable) -> Callable:
+        metric = Metric(name=name, compute=fn, **{**fields, "shows": frozenset(fields.get("shows", ("table",)))})
+        taken = {m.key for m in _METRICS.values()}
+        if name in _METRICS or metric.key in taken:
+            raise ValueError(f"metric {name!r} (key {metric.key!r}) is already registered")
+        _METRICS[name] = metric
+        return fn
+
+    return add
+
+
+def metric_table_markdown() -> str:
+    """The metric table of docs/evaluation.md, one row per `METRICS` entry, then the `--objectives` row."""
+    rows = ["| metric | definition (per problem, then averaged over problems) | as an L-statistic |", "|---|---|---|"]
+    for m in METRICS.values():
+        key = m.key.format(k="k", **{p: f"<{p.split('_')[-1]}>" for p in m.params})
+        rows.append(f"| `{key}` | {m.definition} | {m.as_lstat} |")
+    rows.append("| `Preset@K` | each `--objectives` entry (report.json: `objectives`), e.g. the objective a run was "
+                "trained on | `rank_weights(Preset, K)` |")
+    return "\n".join(rows)
+
+
+@register_metric("pass", key="pass@{k}", label="pass@k", on="correct", shows=PLACES, breakdown_ks=("first", "last"),
+                 definition="P(at least one of k samples correct) = 1 - C(n-c,k)/C(n,k) (the Codex estimator)",
+                 as_lstat="`ReMax` on correctness")
+def _pass(inputs, k, config):
+    return pass_at_k(inputs["correct"], k)
+
+
+@register_metric("pass_hat", key="pass^{k}", label="pass^k", on="correct", shows=PLACES, plot_style=("--", "s"),
+                 definition="P(all k correct) = C(c,k)/C(n,k)", as_lstat="`ReMin` on correctness")
+def _pass_hat(inputs, k, config):
+    return pass_hat_k(inputs["correct"], k)
+
+
+@register_metric("maj", key="maj@{k}", label="maj@k", on="correct", shows=("table", "breakdown"),
+                 definition="expected correctness of a majority vote over k samples (below)",
+                 as_lstat="not an L-statistic")
+def _maj(inputs, k, config):
+    return maj_at_k(inputs["labels"], inputs["correct"], k)
+
+
+@register_metric("best", key="best@{k}", label="best@k (reward)", on="reward", same_as_on_binary="pass@k",
+                 definition="E[max of k rewards] (= pass@k for 0/1 rewards)", as_lstat="`ReMax` on the reward")
+def _best(inputs, k, config):
+    return best_of_k(inputs["reward"], k)
+
+
+@register_metric("worst", key="worst@{k}", label="worst@k (reward)", on="reward", same_as_on_binary="pass^k",
+                 definition="E[min of k rewards] (= pass^k for 0/1 rewards)", as_lstat="`ReMin` on the reward")
+def _worst(inputs, k, config):
+    return worst_of_k(inputs["reward"], k)
+
+
+@register_metric("cvar", key="cvar{cvar_q}@{k}", label="CVaR{cvar_q}@k (reward)", on="reward", params=("cvar_q",),
+                 definition="E[mean of the ceil(qk) worst of k rewards] (`--cvar_q`, default 0.25)",
+                 as_lstat="`LowerTailMean:q`")
+def _cvar(inputs, k, config):
+    return cvar_at_k(inputs["reward"], k, config["cvar_q"])
+
+
+@register_metric("mean_reward", key="mean_reward", label="mean reward", on="reward", per_k=False,
+                 definition="mean reward (= pass@1 for correctness)", as_lstat="`Mean`", same_as_on_binary="pass@1")
+def _mean_reward(inputs, k, config):
+    return lstat_metric(inputs["reward"], "Mean", 1)

@@ -1,10 +1,15 @@
-"""How a report looks: the markdown tables of report.md and the pass@k / pass^k plot of passk.png."""
+"""How a report looks: the markdown tables of report.md and the pass@k / pass^k plot of passk.png.
+
+Which metric shows where, under which label, in % or not, comes from `metrics.METRICS`; every `--objectives`
+entry (report.json `objectives`) has a row of its own."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from pathlib import Path
+
+from .metrics import METRICS
 
 
 def _fmt(m: dict, pct: bool) -> str:
@@ -57,27 +62,26 @@ def render_markdown(report: dict, binary_reward: bool) -> str:
             "| metric | " + " | ".join(f"k={k}" for k in ks) + " |",
             "|---|" + "---|" * len(ks),
         ]
-        rows = [("pass@k", "pass@{}", True), ("pass^k", "pass^{}", True), ("maj@k", "maj@{}", True)]
-        if not binary_reward:
-            rows += [("best@k (reward)", "best@{}", False), ("worst@k (reward)", "worst@{}", False)]
-        q = f"{cfg['cvar_q']:g}"
-        rows.append((f"CVaR{q}@k (reward)", "cvar" + q + "@{}", binary_reward))
-        for label, pattern, pct in rows:
-            lines.append(f"| {label} | " + " | ".join(_fmt(mets.get(pattern.format(k)), pct) for k in ks) + " |")
-        extra = [m for m in mets if "@" in m and not m.startswith(("pass", "maj", "best", "worst", "cvar"))]
-        if extra or not binary_reward:
+        for m in METRICS.values():
+            if m.per_k and "table" in m.shows and m.visible(binary_reward):
+                lines.append(f"| {m.label_at(cfg)} | " + " | ".join(
+                    _fmt(mets.get(m.key_at(k, cfg)), m.percent(binary_reward)) for k in ks) + " |")
+        single = [m for m in METRICS.values() if not m.per_k and "table" in m.shows and m.visible(binary_reward)]
+        objectives = ds.get("objectives", {})
+        if single or objectives:
             lines += ["", "| objective (reward) | value |", "|---|---|"]
-            if not binary_reward:
-                lines.append(f"| mean reward | {_fmt(mets['mean_reward'], False)} |")
-            lines += [f"| {m} | {_fmt(mets[m], binary_reward)} |" for m in extra]
-        kmax = ks[-1]
+            lines += [f"| {m.label_at(cfg)} | {_fmt(mets.get(m.key_at(None, cfg)), m.percent(binary_reward))} |"
+                      for m in single]
+            lines += [f"| {key} | {_fmt(value, binary_reward)} |" for key, value in objectives.items()]
+        at = {"first": ks[0], "last": ks[-1]}
+        cols = list(dict.fromkeys(m.key_at(at[which], cfg) for m in METRICS.values() if "breakdown" in m.shows
+                                  and m.visible(binary_reward) for which in m.breakdown_ks))
+        pct = {m.key_at(k, cfg): m.percent(binary_reward) for m in METRICS.values() for k in ks}
         for fld, groups in ds["breakdown"].items():
-            cols = ["pass@1", f"pass@{kmax}", f"pass^{kmax}", f"maj@{kmax}"]
-            cols = list(dict.fromkeys(cols))
             lines += ["", f"| {fld} | problems | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
             for g, gd in groups.items():
                 lines.append(f"| {g} | {gd['num_problems']} | "
-                             + " | ".join(_fmt(gd["metrics"].get(c), True) for c in cols) + " |")
+                             + " | ".join(_fmt(gd["metrics"].get(c), pct.get(c, True)) for c in cols) + " |")
         lines.append("")
     if report.get("plot"):
         lines += [f"![pass@k and pass^k]({Path(report['plot']).name})", ""]
@@ -85,7 +89,8 @@ def render_markdown(report: dict, binary_reward: bool) -> str:
 
 
 def plot(report: dict, path: Path) -> bool:
-    """pass@k (solid) and pass^k (dashed) against k per benchmark, CI bands; False if matplotlib is missing."""
+    """The metrics shown on the plot (pass@k solid, pass^k dashed) against k per benchmark, CI bands; False if
+    matplotlib is missing."""
     try:
         import matplotlib
 
@@ -96,27 +101,29 @@ def plot(report: dict, path: Path) -> bool:
                       stacklevel=2)
         return False
     fig, ax = plt.subplots(figsize=(6, 4))
-    all_ks = set()
+    cfg, shown = report["config"], [m for m in METRICS.values() if "plot" in m.shows and m.per_k]
+    all_ks, tops = set(), []
     for idx, (name, ds) in enumerate(report["datasets"].items()):
         color = f"C{idx % 10}"
         ks = ds["ks"]
         all_ks.update(ks)
-        for pattern, style, marker, label in (("pass@{}", "-", "o", "pass@k"), ("pass^{}", "--", "s", "pass^k")):
-            ms = [ds["metrics"][pattern.format(k)] for k in ks]
-            ax.plot(ks, [100 * m["value"] for m in ms], style, marker=marker, markerfacecolor="none" if marker == "s"
-                    else color, color=color, label=f"{name} {label}")
-            ax.fill_between(ks, [100 * m["ci"][0] for m in ms], [100 * m["ci"][1] for m in ms], color=color,
+        for m in shown:
+            style, marker = m.plot_style
+            ms = [ds["metrics"][m.key_at(k, cfg)] for k in ks]
+            ax.plot(ks, [100 * x["value"] for x in ms], style, marker=marker, markerfacecolor="none"
+                    if style != "-" else color, color=color, label=f"{name} {m.label_at(cfg)}")
+            ax.fill_between(ks, [100 * x["ci"][0] for x in ms], [100 * x["ci"][1] for x in ms], color=color,
                             alpha=0.12, linewidth=0)
+            tops += [100 * x["ci"][1] for x in ms if not math.isnan(x["ci"][1])]
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
     ax.set_xlabel("k (samples)")
     ax.set_ylabel("% of problems")
-    top = max((100 * ds["metrics"][f"pass@{k}"]["ci"][1] for ds in report["datasets"].values() for k in ds["ks"]
-               if not math.isnan(ds["metrics"][f"pass@{k}"]["ci"][1])), default=100)
-    ax.set_ylim(-1, min(101, 1.1 * top + 2))  # small models live near 0: do not squash them against 100%
+    ax.set_ylim(-1, min(101, 1.1 * max(tops, default=100) + 2))  # small models live near 0: do not squash them against 100%
     ax.grid(alpha=0.3)
     title = (report.get("generation") or {}).get("model") or ""
-    ax.set_title(f"pass@k (solid), pass^k (dashed): {Path(str(title)).name}", fontsize=9)
+    styles = ", ".join(f"{m.label_at(cfg)} ({'solid' if m.plot_style[0] == '-' else 'dashed'})" for m in shown)
+    ax.set_title(f"{styles}: {Path(str(title)).name}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -3,13 +3,11 @@
     ordergrad-eval report --output_dir runs/smollm2 --ks 1 2 4 8 --objectives TopM:2@4 CVaR:0.5@8
 
 Per benchmark, with n samples per problem and `c` correct (math-verify), every metric is the mean over problems
-of a per-problem unbiased estimate (see `metrics.py`; all but maj@k are `ordergrad_trl.lstat_value` with the
-training code's rank weights):
-
-- `pass@k` (ReMax on correctness; = 1 - C(n-c,k)/C(n,k)), `pass^k` (ReMin; = C(c,k)/C(n,k)), `maj@k`,
-- on the reward (`--reward_weights`, default `correct=1`; e.g. `correct=1,format=0.2` is a shaped reward):
-  `mean_reward`, `best@k` (E[max of k]), `worst@k`, `cvar<q>@k` (LowerTailMean:q), and each `--objectives`
-  entry `Preset@K` (any `rank_weights` preset, e.g. the objective a model was trained on).
+of a per-problem unbiased estimate. The metrics are the rows of `metrics.METRICS` (key, label, computation, per k
+or not, where each shows), under `metrics` in report.json: `pass@k`, `pass^k`, `maj@k` on correctness, and on the
+reward (`--reward_weights`, default `correct=1`; e.g. `correct=1,format=0.2` is a shaped reward) `mean_reward`,
+`best@k`, `worst@k`, `cvar<q>@k`. Each `--objectives` entry `Preset@K` (any `rank_weights` preset, e.g. the
+objective a model was trained on) is on the reward, under `objectives`, keyed as written.
 
 95% CIs: percentile bootstrap over problems (seeded, one resample shared by all metrics). MATH-500 also gets a
 per-subject and per-level breakdown (any problem metadata field via `--breakdown`).
@@ -125,26 +123,28 @@ def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-def per_problem_metrics(data: dict, args: ReportArgs, ks: list[int], objectives) -> dict[str, torch.Tensor]:
-    """{metric name: (P,) per-problem estimate}, in display order."""
-    c, r, lab = data["correct"], data["reward"], data["labels"]
-    out = {"mean_reward": metrics.lstat_metric(r, "Mean", 1)}
-    for k in ks:
-        out[f"pass@{k}"] = metrics.pass_at_k(c, k)
-        out[f"pass^{k}"] = metrics.pass_hat_k(c, k)
-        out[f"maj@{k}"] = metrics.maj_at_k(lab, c, k)
-        out[f"best@{k}"] = metrics.best_of_k(r, k)
-        out[f"worst@{k}"] = metrics.worst_of_k(r, k)
-        out[f"cvar{args.cvar_q:g}@{k}"] = metrics.cvar_at_k(r, k, args.cvar_q)
-    for obj, k in objectives:
-        out[f"{obj}@{k}"] = metrics.lstat_metric(r, obj, k)
+def per_problem_metrics(data: dict, args: ReportArgs, ks: list[int]) -> dict[str, torch.Tensor]:
+    """{metric key: (P,) per-problem estimate}, every `metrics.METRICS` entry at each k (or once), table order."""
+    config = asdict(args)
+    out = {}
+    for metric in metrics.METRICS.values():
+        for k in ks if metric.per_k else (None,):
+            out[metric.key_at(k, config)] = metric.compute(data, k, config)
     return out
 
 
-def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: ReportArgs) -> dict:
-    """{metric: {value, ci, num_problems}} over the problems in `rows` (all if None)."""
-    names = list(values)
-    stacked = torch.stack([values[m] for m in names])  # (M, P)
+def per_problem_objectives(data: dict, objectives) -> dict[str, torch.Tensor]:
+    """{"Preset@K" as requested: (P,) per-problem estimate of the objective on the reward}."""
+    return {f"{obj}@{k}": metrics.lstat_metric(data["reward"], obj, k) for obj, k in objectives}
+
+
+def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: ReportArgs,
+              objectives: dict[str, torch.Tensor] | None = None) -> dict:
+    """{metric: {value, ci, num_problems}} over the problems in `rows` (all if None); with `objectives`, the pair
+    (metrics, objectives), all from one bootstrap resample."""
+    both = {**values, **(objectives or {})}
+    names = list(both)
+    stacked = torch.stack([both[m] for m in names])  # (M, P)
     if rows is not None:
         stacked = stacked[:, rows]
     low, high = metrics.bootstrap_ci(stacked, args.bootstrap_samples, args.ci_level, args.bootstrap_seed)
@@ -152,7 +152,9 @@ def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: 
     for j, name in enumerate(names):
         value, count = metrics.problem_mean(stacked[j])
         out[name] = {"value": value, "ci": [float(low[j]), float(high[j])], "num_problems": count}
-    return out
+    if objectives is None:
+        return out
+    return {m: out[m] for m in values}, {o: out[o] for o in objectives}
 
 
 def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectives) -> dict | None:
@@ -168,7 +170,9 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
     too_big = [f"{o}@{k}" for o, k in objectives if k > n]
     if too_big:
         raise UsageError(f"--objectives {' '.join(too_big)}: K > n = {n} samples per problem in {dataset_dir.name}")
-    values = per_problem_metrics(data, args, ks, objectives)
+    values = per_problem_metrics(data, args, ks)
+    wanted = per_problem_objectives(data, objectives)
+    overall, objective_values = summarize(values, None, args, wanted)
     result = {
         "num_problems": len(data["problems"]),
         "num_samples": n,
@@ -180,7 +184,8 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
         "samples_timed_out": data["timeouts"],
         "mean_completion_tokens": sum(data["tokens"]) / len(data["tokens"]) if data["tokens"] else None,
         "truncated_fraction": data["truncated"] / data["num_scored"] if data["num_scored"] else None,
-        "metrics": summarize(values, None, args),
+        "metrics": overall,
+        "objectives": objective_values,
         "breakdown": {},
     }
     for fld in args.breakdown:
@@ -189,10 +194,10 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
             if p.get(fld) is not None:
                 groups.setdefault(str(p[fld]), []).append(i)
         if groups:
-            result["breakdown"][fld] = {
-                g: {"num_problems": len(rows), "metrics": summarize(values, torch.tensor(rows), args)}
-                for g, rows in sorted(groups.items(), key=lambda kv: _natural(kv[0]))
-            }
+            result["breakdown"][fld] = {}
+            for g, rows in sorted(groups.items(), key=lambda kv: _natural(kv[0])):
+                mets, objs = summarize(values, torch.tensor(rows), args, wanted)
+                result["breakdown"][fld][g] = {"num_problems": len(rows), "metrics": mets, "objectives": objs}
     return result
 
 

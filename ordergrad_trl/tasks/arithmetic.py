@@ -1,6 +1,7 @@
 """Built-in offline task families with exact integer answers: `arithmetic` (word problems) and `digits` (bare sums).
 
-Registered in `ordergrad_trl.tasks.data` (`load_math_dataset("digits", split="train")`). `digits` is calibrated for
+Their registry entries (`ARITHMETIC_SPEC`, `DIGITS_SPEC`, in `sets.MATH_SETS`) are defined here, beside the
+generators they name (`load_math_dataset("digits", split="train")`). `digits` is calibrated for
 SmolLM2-135M-Instruct at T=0.7: its base pass@1 is inside (0, 1) with per-problem success spread from 0 to 1,
 which is what a group-relative RL signal needs (measured in `recipes/compare_objectives.py`, base unit).
 """
@@ -14,9 +15,9 @@ from typing import Any
 import datasets
 
 from .prompts import DEFAULT_USER_TEMPLATE, format_rows
-from .sets import MATH_SETS
+from .spec import Generated, MathSetSpec, field, first_field
 
-__all__ = ["arithmetic_dataset", "digits_dataset"]
+__all__ = ["ARITHMETIC_SPEC", "DIGITS_SPEC", "arithmetic_dataset", "digits_dataset"]
 
 _NAMES = ("Tom", "Anna", "Ben", "Maria", "Sam", "Lily", "Omar", "Priya", "Jack", "Mia")
 _ITEMS = ("apples", "oranges", "pencils", "marbles", "cookies", "stickers", "books", "balloons", "cards", "candies")
@@ -78,8 +79,8 @@ def _split_keys(keys: list, n_train: int, n_test: int, seed: int) -> tuple[list,
     return train_keys, test_keys, rng
 
 
-def _build(name: str, train_keys, test_keys, question_of, *, system_prompt, user_template) -> datasets.DatasetDict:
-    spec = MATH_SETS[name]
+def _build(spec: MathSetSpec, train_keys, test_keys, question_of, *, system_prompt, user_template
+           ) -> datasets.DatasetDict:
     splits = {}
     for split, split_keys in (("train", train_keys), ("test", test_keys)):
         columns: dict[str, list[Any]] = {k: [] for k in ("question", "answer", "id", "a", "b", "op")}
@@ -118,7 +119,7 @@ def digits_dataset(
     """
     train_keys, test_keys, _ = _split_keys(_digits_keys(), n_train, n_test, seed)
     return _build(
-        "digits",
+        DIGITS_SPEC,
         train_keys,
         test_keys,
         lambda op, a, b: f"What is {a} {op} {b}?",
@@ -148,10 +149,22 @@ def arithmetic_dataset(
         return rng.choice(_TEMPLATES[op]).format(name=rng.choice(_NAMES), item=rng.choice(_ITEMS), a=a, b=b)
 
     return _build(
-        "arithmetic",
+        ARITHMETIC_SPEC,
         train_keys,
         test_keys,
         question,
         system_prompt=system_prompt,
         user_template=user_template,
     )
+
+
+def _reader(name: str, description: str, generator) -> MathSetSpec:
+    return MathSetSpec(name=name, description=description, generator=Generated(generator), default_split="train",
+                       question=first_field("question"), gold=field("answer"), id_field="id",
+                       metadata=("a", "b", "op"))
+
+
+ARITHMETIC_SPEC = _reader("arithmetic", "built-in procedurally generated one-step arithmetic word problems (offline)",
+                          arithmetic_dataset)
+DIGITS_SPEC = _reader("digits", "built-in bare one-step sums 'What is a op b?' on operands 1..12, user message = "
+                      "question (offline; calibrated for a 135M model)", digits_dataset)

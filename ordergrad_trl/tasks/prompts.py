@@ -48,6 +48,11 @@ def _messages(question: str, system_prompt: str | None, user_template: str) -> l
     return messages
 
 
+def _row_id(row: dict[str, Any], spec: Any) -> str:
+    value = row.get(spec.id_field) if spec.id_field else None
+    return f" (id {value!r})" if isinstance(value, (str, int)) else ""
+
+
 def format_rows(
     raw: datasets.Dataset,
     spec: Any,
@@ -69,7 +74,12 @@ def format_rows(
     has_id = spec.id_field is not None and spec.id_field in raw.column_names
 
     def convert(row: dict[str, Any], idx: int) -> dict[str, Any]:
-        question, gold = spec.question(row), spec.gold(row)
+        try:
+            question, gold = spec.question(row), spec.gold(row)
+            if not isinstance(gold, (str, type(None))):  # a reader of the caller's own spec
+                raise ValueError(f"the gold reader returned a {type(gold).__name__} ({str(gold)[:60]}), not a string")
+        except ValueError as err:  # a container where one answer belongs: never a gold like "['25']"
+            raise ValueError(f"{spec.name} row {idx}{_row_id(row, spec)}: {err}") from None
         if drop_unanswerable and not (question and gold):
             # Marked with "" (None could give the column a null type) and filtered afterwards, so row-index
             # ids stay those of the source file.
