@@ -17,6 +17,7 @@ from ordergrad_trl.tasks.data import load_math_dataset, shared_data_dir
 from ordergrad_trl.tasks.sets import (
     GENERIC_SPEC,
     MATH_SETS,
+    Generated,
     HubSource,
     LocalFile,
     MathSetSpec,
@@ -40,6 +41,7 @@ def mine(**sources) -> MathSetSpec:
 def test_every_set_names_its_source():
     for spec in MATH_SETS.values():
         assert (spec.generator is not None) != bool(spec.hub or spec.local), spec.name
+        assert spec.sources and all(isinstance(s, (HubSource, LocalFile, Generated)) for s in spec.sources)
     assert {n for n, s in MATH_SETS.items() if s.generator} == {"arithmetic", "digits"}
     with pytest.raises(ValueError, match="'x': a generated set has no Hub id or local file"):
         MathSetSpec(name="x", question=GENERIC_SPEC.question, gold=GENERIC_SPEC.gold, hub=HubSource("a/b"),
@@ -108,7 +110,8 @@ def test_unregistered_hub_id_is_read_with_the_given_spec(monkeypatch):
     monkeypatch.setattr(data_mod.datasets, "load_dataset", lambda path, config=None, split=None: calls.append(
         (path, config, split)) or datasets.Dataset.from_list([{"question": "q", "answer": "#### 7"}]))
     ds = load_math_dataset("someone/grade-school", split="test", spec="gsm8k", local=False)
-    assert calls == [("someone/grade-school", None, "test")] and ds["answer"] == ["7"] and ds["id"] == ["gsm8k-test-0"]
+    assert calls == [("someone/grade-school", None, "test")]
+    assert ds["answer"] == ["7"] and ds["id"] == ["gsm8k-test-0"]
 
 
 # ------------------------------------------------------------------------------------------------ gold readers
@@ -124,6 +127,14 @@ def test_gold_readers_refuse_containers(name, bad):
         gold(row)
     assert isinstance(gold(dict(ROW, final_answer=["5"], answer="#### 5" if name == "gsm8k" else 5)), str)
     assert gold({"problem": "no gold"}) is None
+
+
+def test_gsm8k_gold_parser_refuses_a_list():
+    from ordergrad_trl.tasks.sets import gsm8k_gold
+
+    assert gsm8k_gold("3 + 2\n#### 1,005") == "1005"
+    with pytest.raises(ValueError, match="is a list"):
+        gsm8k_gold(["#### 5"])
 
 
 def test_a_list_gold_in_a_file_is_refused_with_its_row(tmp_path):

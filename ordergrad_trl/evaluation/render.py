@@ -84,7 +84,8 @@ def render_markdown(report: dict, binary_reward: bool) -> str:
                              + " | ".join(_fmt(gd["metrics"].get(c), pct.get(c, True)) for c in cols) + " |")
         lines.append("")
     if report.get("plot"):
-        lines += [f"![pass@k and pass^k]({Path(report['plot']).name})", ""]
+        alt = " and ".join(m.label_at(cfg) for m in METRICS.values() if "plot" in m.shows)
+        lines += [f"![{alt}]({Path(report['plot']).name})", ""]
     return "\n".join(lines)
 
 
@@ -119,7 +120,8 @@ def plot(report: dict, path: Path) -> bool:
     ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
     ax.set_xlabel("k (samples)")
     ax.set_ylabel("% of problems")
-    ax.set_ylim(-1, min(101, 1.1 * max(tops, default=100) + 2))  # small models live near 0: do not squash them against 100%
+    # small models live near 0: do not squash them against 100%
+    ax.set_ylim(-1, min(101, 1.1 * max(tops, default=100) + 2))
     ax.grid(alpha=0.3)
     title = (report.get("generation") or {}).get("model") or ""
     styles = ", ".join(f"{m.label_at(cfg)} ({'solid' if m.plot_style[0] == '-' else 'dashed'})" for m in shown)

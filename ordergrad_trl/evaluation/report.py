@@ -139,22 +139,19 @@ def per_problem_objectives(data: dict, objectives) -> dict[str, torch.Tensor]:
 
 
 def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: ReportArgs,
-              objectives: dict[str, torch.Tensor] | None = None) -> dict:
-    """{metric: {value, ci, num_problems}} over the problems in `rows` (all if None); with `objectives`, the pair
-    (metrics, objectives), all from one bootstrap resample."""
-    both = {**values, **(objectives or {})}
-    names = list(both)
-    stacked = torch.stack([both[m] for m in names])  # (M, P)
+              objectives: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+    """({metric: {value, ci, num_problems}}, the same for each objective) over the problems in `rows` (all if
+    None), from one bootstrap resample shared by all."""
+    columns = [*values.values(), *objectives.values()]
+    stacked = torch.stack(columns)  # (M + O, P)
     if rows is not None:
         stacked = stacked[:, rows]
     low, high = metrics.bootstrap_ci(stacked, args.bootstrap_samples, args.ci_level, args.bootstrap_seed)
-    out = {}
-    for j, name in enumerate(names):
+    out = []
+    for j in range(len(columns)):
         value, count = metrics.problem_mean(stacked[j])
-        out[name] = {"value": value, "ci": [float(low[j]), float(high[j])], "num_problems": count}
-    if objectives is None:
-        return out
-    return {m: out[m] for m in values}, {o: out[o] for o in objectives}
+        out.append({"value": value, "ci": [float(low[j]), float(high[j])], "num_problems": count})
+    return dict(zip(values, out)), dict(zip(objectives, out[len(values):]))
 
 
 def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectives) -> dict | None:

@@ -8,6 +8,7 @@ matches. The registry of sets is `sets.py`.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,21 +38,26 @@ __all__ = [
 
 def gsm8k_gold(answer_text: str) -> str:
     """GSM8K gold: the text after the last `####`, thousands separators removed ("#### 1,450,000" -> "1450000")."""
+    if not isinstance(answer_text, str):
+        raise ValueError(f"gsm8k answer_text is a {type(answer_text).__name__} ({str(answer_text)[:60]}), "
+                         "not a string")
     if "####" not in answer_text:
         raise ValueError(f"gsm8k answer_text has no '####' final-answer marker: {answer_text!r:.80}")
     return answer_text.rsplit("####", 1)[1].strip().replace(",", "")
 
 
 def scalar_answer(value: Any) -> str | None:
+    """A gold stored as one string or number -> its text; None if absent; ValueError for anything else."""
     # Hub/JSON loaders give AMC23 answers as floats (27.0) and AIME25 as ints: render them as the integer a
     # grader expects, keep other strings untouched.
     if value is None:
         return None
-    if isinstance(value, (bool, list, tuple, dict)) or not isinstance(value, (str, int, float)):
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
         raise ValueError(f"the gold answer is a {type(value).__name__} ({str(value)[:60]}), not a string or number")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if not isinstance(value, str):
+        value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"the gold answer is {value}, not a finite number")
         return str(int(value)) if value.is_integer() else repr(value)
@@ -59,7 +65,7 @@ def scalar_answer(value: Any) -> str | None:
 
 
 def text_field(row: Mapping[str, Any], name: str) -> str | None:
-    # A text field (a solution, a GSM8K answer): absent or empty is None, anything but a string is refused.
+    """A text column (a solution, a GSM8K answer): None if absent or empty, ValueError if not a string."""
     value = row.get(name)
     if value is None or value == "":
         return None
@@ -69,6 +75,7 @@ def text_field(row: Mapping[str, Any], name: str) -> str | None:
 
 
 def integer_answer(value: Any) -> str | None:
+    """`scalar_answer`, with integers canonical ("025" -> "25")."""
     # AIME answers are integers 0..999; some sources store "025": canonicalize so string matching also works.
     text = scalar_answer(value)
     if text is None:
@@ -80,6 +87,7 @@ def integer_answer(value: Any) -> str | None:
 
 
 def gsm8k_row_gold(row: Mapping[str, Any]) -> str | None:
+    """GSM8K's gold from its `answer` column (None without a `####` line)."""
     text = text_field(row, "answer")
     if not text or "####" not in text:
         return None
@@ -87,6 +95,7 @@ def gsm8k_row_gold(row: Mapping[str, Any]) -> str | None:
 
 
 def gsm8k_solution(row: Mapping[str, Any]) -> str | None:
+    """GSM8K's worked solution, ending in `\\boxed{gold}`."""
     # The reference CoT with the calculator annotations removed and `#### N` turned into `\boxed{N}`, so it can
     # be scored exactly like a model completion.
     gold = gsm8k_row_gold(row)
@@ -97,6 +106,7 @@ def gsm8k_solution(row: Mapping[str, Any]) -> str | None:
 
 
 def answer_or_boxed(row: Mapping[str, Any]) -> str | None:
+    """The `answer` column, else the last `\\boxed{}` of `solution` (MATH, and files read generically)."""
     answer = scalar_answer(row.get("answer"))
     if answer is not None:
         return answer
@@ -104,6 +114,7 @@ def answer_or_boxed(row: Mapping[str, Any]) -> str | None:
 
 
 def olympiad_gold(row: Mapping[str, Any]) -> str | None:
+    """OlympiadBench's `final_answer` parts joined by ", ", without `$`."""
     # final_answer is a list of the parts of one answer (the set's own format), each a string
     final = row.get("final_answer")
     if isinstance(final, str):
@@ -118,12 +129,14 @@ def olympiad_gold(row: Mapping[str, Any]) -> str | None:
 
 
 def olympiad_question(row: Mapping[str, Any]) -> str | None:
+    """OlympiadBench's `context` (if any), then its `question`."""
     context = (text_field(row, "context") or "").strip()
     question = (text_field(row, "question") or "").strip()
     return f"{context}\n{question}" if context else question
 
 
 def first_field(*names: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """Reader of the first of `names` that holds a non-blank string (the question column)."""
     # Hub and local copies of a benchmark name the problem column differently (Minerva: question vs problem).
     def question(row: Mapping[str, Any]) -> str | None:
         for name in names:
@@ -137,18 +150,13 @@ def first_field(*names: str) -> Callable[[Mapping[str, Any]], str | None]:
 
 
 def field(name: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """Reader of the text column `name` (`text_field`; a blank one is None)."""
     def get(row: Mapping[str, Any]) -> str | None:
-        value = row.get(name)
-        return value if isinstance(value, str) and value.strip() else None
+        value = text_field(row, name)
+        return value if value and value.strip() else None
 
     get.__qualname__ = f"field({name!r})"
     return get
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Registry
-
-
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,11 @@ class MathSetSpec:
     def has_reference_solution(self) -> bool:
         """Whether rows carry a full worked solution ending in `\\boxed{gold}` (see `keep_solution`)."""
         return self.solution is not None
+
+    @property
+    def sources(self) -> tuple[HubSource | LocalFile | Generated, ...]:
+        """Where the set's rows come from, in the order `load_math_dataset` prefers them by default."""
+        return tuple(s for s in (self.generator, self.hub, self.local) if s is not None)
 
     # the source fields by their earlier names (recipes and data_source tags read them)
     @property
