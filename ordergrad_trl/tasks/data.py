@@ -155,7 +155,8 @@ def load_math_dataset(
             except for `digits`, whose default is the bare question.
         keep_metadata: keep the set's metadata columns (e.g. MATH-500 `subject`, `level`).
         keep_solution: add a `solution` column with the reference solution (sets in `REFERENCE_SOLUTION_SETS`).
-        drop_unanswerable: skip rows without an extractable question or gold instead of raising ValueError.
+        drop_unanswerable: skip rows without an extractable question or gold instead of raising ValueError (a
+            gold of the wrong kind, e.g. a list where one answer belongs, is refused either way, naming the row).
     """
     builtin_template = user_template
     user_template = DEFAULT_USER_TEMPLATE if user_template is None else user_template
