@@ -222,7 +222,7 @@ def test_summary_objectives_table(tmp_path):
     rloo, min4 = (summary["arms"][a]["objectives"]["value"][1] for a in ("rloo", "min4"))
     assert diff == pytest.approx(min4 - rloo, abs=1e-12)
     md = (tmp_path / "units.md").read_text()
-    assert "| model | Mean@1 (grpo, rloo) | ReMin@4 (min4) |" in md and "| min4 - rloo |" in md
+    assert "| model | seeds | Mean@1 (grpo, rloo) | ReMin@4 (min4) |" in md and "| min4 - rloo | 1 |" in md
 
 
 def test_seed_level_primaries_against_scipy(tmp_path):
