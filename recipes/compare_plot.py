@@ -68,7 +68,7 @@ def plot(summary: dict, path: Path) -> bool:
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_ylim(len(primaries) - 0.5, -0.5)
     level = 1 - sl.get("alpha", 0.05) / max(1, len(primaries))
-    ax.set_xlabel(f"primary endpoint{vs} (points; adjusted {level:.1%} t CI, Bonferroni)")
+    ax.set_xlabel(f"primary endpoint{vs} (points;\nmultiplicity-adjusted {level:.1%} t CI, Bonferroni)")
     ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"SmolLM2-135M-Instruct, {summary['num_problems']} held-out problems x {summary['num_samples']} "
                  "samples")  # fmt: skip
