@@ -23,7 +23,9 @@ is the only difference; with 0/1 rewards it is a per-group weight on (r - group 
 - `top2of4`: OrderGrad `TopM:2` at K=4 (mean of the best 2 of 4);
 - `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards).
 Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
-1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`), 95% bootstrap CIs resampling seeds and problems.
+1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`). Inference is over seeds (`compare_seed_level.py`: the
+pre-registered primaries, Holm); 95% bootstrap CIs resampling seeds and problems are a secondary view. The units of
+the pre-registered replication (`compare_objectives_replication/`) are reported by `compare_replication.py`.
 """
 
 from __future__ import annotations

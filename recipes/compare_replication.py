@@ -1,5 +1,6 @@
-"""The pre-registered confirmatory replication, reported on its own (docs/results.md, "Pre-registration: a
-confirmatory replication on fresh seeds 10-24").
+"""The pre-registered confirmatory replication (Max@8 vs RLOO on pass@8, seeds 10-24), reported on its own.
+
+Its plan: docs/results.md, "Pre-registration: a confirmatory replication on fresh seeds 10-24".
 
     python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication
 
