@@ -120,6 +120,19 @@ def replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path
     return report
 
 
+def readme_sentence(r: dict) -> str:
+    """The README's sentence for each outcome, worded as the pre-registration fixed it."""
+    t = r["test"]
+    x, ci = f"{100 * abs(t['mean']):.1f} points [95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (p = {t['p']:.2g})", t["ci"]
+    n = f"{t['n']} fresh seeds"
+    if t["verdict"] == "confirmed":
+        return f"In a pre-registered replication on {n}, Max@8 raised pass@8 over RLOO by {x}."
+    if t["verdict"] == "reversal":
+        return f"A pre-registered replication on {n} reversed Max@8's pass@8 gain over RLOO: it was lower by {x}."
+    return (f"A pre-registered replication on {n} did not confirm Max@8's pass@8 gain over RLOO: {_pts(t['mean'])} "
+            f"points [95% CI {_pts(ci[0])}, {_pts(ci[1])}] (p = {t['p']:.2g}); the ten-seed result stays not established.")
+
+
 def _pts(x: float) -> str:
     return f"{100 * x:+.1f}"
 
@@ -129,17 +142,17 @@ def table(r: dict) -> str:
     lines = [f"**Pre-registered replication** ({des['arm']} - {des['baseline']} on {des['endpoint']}, seeds "
              f"{des['seeds'][0]}-{des['seeds'][-1]}; {des['test']}, alpha {des['alpha']}): "
              f"{units['present']} of {units['expected']} units in.", ""]  # fmt: skip
-    lines.append(f"Units ran at: {', '.join(r['commits']) or '-'}."
+    lines.append(f"- Units ran at: {', '.join(r['commits']) or '-'}."
                  + (" More than one commit, or a dirty tree: not the pre-registered protocol." if len(r["commits"]) > 1
                     or any(c.endswith("+dirty") for c in r["commits"]) else ""))  # fmt: skip
     fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
-    lines.append(f"Failed attempts (each rerun at the same seed): {fails}."
+    lines.append(f"- Failed attempts (each is rerun at the same seed): {fails}."
                  + (f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"]
                     else ""))  # fmt: skip
     if units["outside_the_design"]:
-        lines.append(f"Units outside the pre-registered test (exploratory): {', '.join(units['outside_the_design'])}.")
+        lines.append(f"- Units outside the pre-registered test (exploratory): {', '.join(units['outside_the_design'])}.")
     c = r["ceiling"]
-    lines.append(f"Ceiling: {des['baseline'].upper()}'s {des['endpoint']} >= {c['threshold']:.0%} at {len(c['seeds'])} "
+    lines.append(f"- Ceiling: {des['baseline'].upper()}'s {des['endpoint']} >= {c['threshold']:.0%} at {len(c['seeds'])} "
                  f"of {c['of']} seeds ({', '.join(map(str, c['seeds'])) or 'none'}); none is excluded.")  # fmt: skip
     lines += ["", f"| seed | {des['baseline']} {des['endpoint']} (%) | {des['arm']} {des['endpoint']} (%) | d (points) |",
               "|---|---|---|---|"]  # fmt: skip
@@ -162,6 +175,7 @@ def table(r: dict) -> str:
                  f"{100 * det['sd']:.1f} points, whose 95% chi-square interval is [{100 * det['sd_ci'][0]:.1f}, "
                  f"{100 * det['sd_ci'][1]:.1f}]): {100 * det['effect']:.1f} points, {100 * det['effect_range'][0]:.1f} "
                  f"to {100 * det['effect_range'][1]:.1f} over that interval.")  # fmt: skip
+    lines += ["", f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
     if "pooled" in r:
         p, check = r["pooled"], r["pooled"]["reproduction_check"]
         lines += ["", f"Exploratory (not the pre-registered test): seeds {p['seeds'][0]}-{p['seeds'][-1]} pooled with "

@@ -278,7 +278,7 @@ def test_new_seeds_ran_at_the_preregistered_commit():
     prereg = commits.pop()
     assert not prereg.endswith("+dirty")
     assert "34dbfb7" in (REPO / "docs" / "results.md").read_text() and prereg.startswith("34dbfb7")
-    later = [*(assets / "compare_objectives").glob("grpo-s[3-9].json"),  # (an exploratory maxrl arm runs elsewhere)
+    later = [*(assets / "compare_objectives").glob("grpo-s[3-9].json"),  # a maxrl arm runs at its own commit
              *(assets / "compare_objectives_replication").glob("rloo-s*.json"),
              *(assets / "compare_objectives_replication").glob("max8-s*.json")]  # fmt: skip
     for path in later:

@@ -96,6 +96,10 @@ def test_complete_replication_matches_scipy_and_pools_with_the_ten_seed_run(tmp_
     md = (tmp_path / "compare_objectives_replication.md").read_text()
     assert "30 of 30 units in" in md and f"**{t['verdict']}**" in md and "max8-s11 (killed)" in md
     assert "Exploratory (not the pre-registered test)" in md and "reproduction check passes: passed" in md
+    expected = {"confirmed": "In a pre-registered replication on 15 fresh seeds, Max@8 raised pass@8 over RLOO by ",
+                "not confirmed": "A pre-registered replication on 15 fresh seeds did not confirm Max@8's pass@8 gain",
+                "reversal": "A pre-registered replication on 15 fresh seeds reversed"}[t["verdict"]]  # fmt: skip
+    assert expected in md and f"(p = {ref.pvalue:.2g})" in md
     # a rerun that differs on one problem fails the check, and the report says so
     rerun = list(old["rloo-s9"])
     rerun[0] = (rerun[0] + 1) % (N + 1)
@@ -124,6 +128,10 @@ def test_a_seed_that_failed_three_times_is_missing_and_the_test_runs_on_complete
                                                      (0.05, 0.05, "not confirmed"), (0.2, -0.01, "not confirmed")])
 def test_verdict_rule(p, mean, expected):
     assert compare_replication.verdict({"p": p, "mean": mean}) == expected
+    test = {"p": p, "mean": mean, "ci": [mean - 0.01, mean + 0.01], "n": 15, "verdict": expected}
+    sentence = compare_replication.readme_sentence({"test": test})
+    assert ("did not confirm" in sentence) == (expected == "not confirmed")
+    assert ("reversed" in sentence) == (expected == "reversal") and f"{100 * abs(mean):.1f} points" in sentence
 
 
 def test_cli_summarizes_the_replication_folder_and_refuses_a_stale_unit(tmp_path):
