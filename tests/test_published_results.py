@@ -101,6 +101,10 @@ def test_seeds_3_to_9_ceiling_and_power_are_quoted_from_the_summary():
     assert f"at seeds {', '.join(map(str, at_ceiling[:-1]))} and {at_ceiling[-1]}" in block
     assert " and ".join(f"{100 * rloo8[s]:.1f}" for s in at_ceiling[-2:]) + "%" in block
     assert f"{len(at_ceiling)} of {len(rloo8)} seeds" in readme
+    room = ", ".join(f"{100 * (1 - rloo8[s]):.1f}" for s in at_ceiling[:-1]) + f" and {100 * (1 - rloo8[at_ceiling[-1]]):.1f}"
+    smallest = sorted(max8["per_seed"])[: len(at_ceiling)]
+    assert f"could gain at most {room} points" in block
+    assert sorted(max8["per_seed"][s] for s in at_ceiling) == smallest  # "its smallest differences are at these seeds"
     effects = [100 * e["detectable"] for e in sl["primaries"]]
     ends = [100 * x for e in sl["primaries"] for x in e["detectable_range"]]
     assert f"from {min(ends):.1f} to {max(ends):.1f} points" in block
