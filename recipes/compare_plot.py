@@ -66,7 +66,7 @@ def plot(summary: dict, path: Path) -> bool:
     ax.set_yticks(range(len(primaries)),
                   [f"{e['arm']}: {e['metric']}\n{len(e['seeds'])} seeds, Holm p {e['p_holm']:.2g}" for e in primaries])
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_ylim(len(primaries) - 0.5, -0.5)
+    ax.set_ylim(max(len(primaries), 1) - 0.5, -0.5)  # an empty panel (no primaries yet) keeps a nonzero range
     level = 1 - sl.get("alpha", 0.05) / max(1, len(primaries))
     ax.set_xlabel(f"primary endpoint{vs} (points;\nmultiplicity-adjusted {level:.1%} t CI, Bonferroni)")
     ax.grid(alpha=0.3, axis="x")
