@@ -10,6 +10,8 @@ stopped after its training reuses the saved model and only evaluates).
     python recipes/compare_objectives.py                # every unit still missing, two at a time (one per core)
     python recipes/compare_objectives.py --units grpo-s0 max8-s0     # just these
     python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
+    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication
+                                                        # the pre-registered replication (compare_replication.py)
     python recipes/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
     python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
@@ -21,7 +23,9 @@ is the only difference; with 0/1 rewards it is a per-group weight on (r - group 
 - `top2of4`: OrderGrad `TopM:2` at K=4 (mean of the best 2 of 4);
 - `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards).
 Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
-1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`), 95% bootstrap CIs resampling seeds and problems.
+1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`). Inference is over seeds (`compare_seed_level.py`: the
+pre-registered primaries, Holm); 95% bootstrap CIs resampling seeds and problems are a secondary view. The units of
+the pre-registered replication (`compare_objectives_replication/`) are reported by `compare_replication.py`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
 ASSETS = REPO / "recipes" / "assets" / "compare_objectives"
+REPLICATION = REPO / "recipes" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
     "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
@@ -47,7 +52,7 @@ ARMS = {
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
 }
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
 SCHEMA = 1
 
 
@@ -167,6 +172,11 @@ def main():
     parser.add_argument("--work_dir", default=str(REPO / "outputs" / "compare_objectives"))
     parser.add_argument("--assets_dir", default=str(ASSETS))
     parser.add_argument("--summarize", action="store_true", help="only build the summary from finished units")
+    parser.add_argument("--replication", action="store_true",
+                        help="summarize --assets_dir as the pre-registered replication (max8 - rloo on pass@8, seeds "
+                             "10-24; the default when --assets_dir is named compare_objectives_replication)")
+    parser.add_argument("--ten_seed_dir", default=str(ASSETS),
+                        help="with --replication: the ten-seed units, for the exploratory pooled analysis")  # fmt: skip
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: 2 steps, 2 problems, 4 samples")
     parser.add_argument("--train_overrides", nargs=argparse.REMAINDER, default=[],
                         help="extra recipe arguments for every arm, e.g. --train_overrides --max_steps 10")  # fmt: skip
@@ -185,7 +195,19 @@ def main():
                                "system_prompt", "num_generations", "learning_rate", "max_steps",
                                "per_device_train_batch_size", "gradient_accumulation_steps") if k in cfg}  # fmt: skip
     sys.path.insert(0, str(REPO))  # eval/ and ordergrad_trl from this checkout
-    from compare_summary import summarize  # recipes/compare_summary.py, beside this file
+    from compare_replication import summarize_replication  # recipes/, beside this file
+    from compare_summary import summarize
+
+    assets = Path(args.assets_dir)
+
+    def report() -> None:  # every finished unit, whichever ran now; a unit from another protocol: one line, exit 2
+        try:
+            if args.replication or assets.resolve().name == REPLICATION.name:
+                summarize_replication(assets, Path(args.ten_seed_dir))
+            else:
+                summarize(assets, list(ARMS), arm_flags=ARMS, seen_seeds=SEEDS)
+        except ValueError as e:
+            parser.exit(2, f"{parser.prog}: error: {e}\n")
 
     if not args.summarize:
         todo = args.units or unit_names(args.arms, args.seeds)
@@ -203,10 +225,10 @@ def main():
                     failed.append(futures[future])
                     print(f"[{futures[future]}] FAILED: {future.exception()}", flush=True)
         if failed:
-            summarize(Path(args.assets_dir), list(ARMS), arm_flags=ARMS)
+            report()
             raise SystemExit(f"units failed: {failed} (the errors are above; rerun the same command to retry them)")
 
-    summarize(Path(args.assets_dir), list(ARMS), arm_flags=ARMS)  # every finished unit, whichever ran now
+    report()
 
 
 if __name__ == "__main__":

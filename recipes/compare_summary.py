@@ -5,13 +5,15 @@ Reads the per-unit JSON files (`<arm>-s<seed>.json`, `base.json`) and writes, be
 
 Statistics. A problem's pass@k and pass^k are the unbiased U-statistics of its c correct of n samples
 (`lstat_value` with `ReMax` / `ReMin` weights: 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k)). An arm's value is the mean
-over its seeds and the held-out problems. Inference is at the seed level (`seed_level`, the pre-registered analysis
-in docs/results.md): per-seed paired differences against the baseline arm, a t test and interval over seeds, Holm
-over the primaries and the detectable effect. The percentile bootstraps that resample seeds and problems together
-are a secondary view (with few seeds their seed part resamples a handful of values and runs narrow).
+over its seeds and the held-out problems. Inference is at the seed level (`compare_seed_level.seed_level`, the
+pre-registered analysis in docs/results.md): per-seed paired differences against the baseline arm, a t test and
+interval over seeds, Holm over the primaries and the detectable effect. The percentile bootstraps that resample
+seeds and problems together are a secondary view, labelled so in the table (with few seeds their seed part
+resamples a handful of values and runs narrow: some of their intervals exclude 0 where the seed-level ones do not).
+Every table gives each arm's number of seeds, as arms may have different seeds.
 
 Each arm's own training objective (e.g. `TopM:2` at K=4) is also evaluated on every model, as the same U-statistic
-(`lstat_value` with that arm's weights): if each objective moves its own metric, each column peaks at its arm.
+(`lstat_value` with that arm's weights), as exploratory point estimates.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from pathlib import Path
 import torch
 
 from ordergrad_trl import lstat_advantage, lstat_value, rank_weights
-from ordergrad_trl.core.stats import detectable_effect, holm, percentile_interval, resample_means, seed_t_test
+from compare_plot import plot  # recipes/, beside this file
+from compare_seed_level import base_sign_test, seed_level, seed_level_table
+from ordergrad_trl.core.stats import percentile_interval, resample_means
 
 BOOTSTRAP = 2000
+SECONDARY = ("**Secondary** (percentile bootstrap over seeds and problems, not the pre-registered test; with few "
+             "seeds it runs narrower than the seed-level t intervals above).")
 METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
 # Paired differences against: GRPO (the usual baseline), RLOO (OrderGrad's K=1 arm: the expected reward without
 # GRPO's per-group std weighting, so it differs from the other OrderGrad arms only in the objective) and the base.
@@ -104,27 +110,14 @@ def load_units(assets: Path) -> dict[str, dict]:
     return units
 
 
-def summarize(
-    assets: Path,
-    arms: list[str],
-    seed: int = 0,
-    arm_flags: dict[str, list[str]] | None = None,
-    primary_baseline: str = "rloo",
-) -> dict | None:
-    """Writes `<assets>.json/.md/.png` beside `assets`. `arm_flags` (each arm's recipe flags) adds `group_weights`
-    and each arm's own objective, which with `primary_baseline` defines the seed-level primaries (`seed_level`)."""
-    units = load_units(assets)
-    trained = {arm: sorted((u for u in units.values() if u["arm"] == arm), key=lambda u: u["seed"]) for arm in arms}
-    trained = {arm: us for arm, us in trained.items() if us}
-    if not units:
-        print(f"no finished units in {assets}")
-        return None
+def check_units(units: dict[str, dict]) -> tuple[dict, dict]:
+    """One protocol: every unit scored the same problems with n samples and sampled its eval alike, and every
+    trained unit trained alike (a unit from an older config is stale). Returns (a unit, the first trained unit)."""
     any_unit = next(iter(units.values()))
     n, ids = any_unit["num_samples"], any_unit["eval"]["problem_ids"]
     for u in units.values():
         if u["eval"]["problem_ids"] != ids or u["num_samples"] != n or min(u["eval"]["scored"]) != n:
             raise ValueError(f"unit {u['unit']}: other problems or samples than {any_unit['unit']}; rerun it")
-    # One protocol: every unit samples its eval alike, and every trained unit trained alike (older configs are stale)
     first_trained = next((u for u in units.values() if u["arm"] != "base"), any_unit)
     for u in units.values():
         keys = EVAL_KEYS if u["arm"] == "base" else (*u.get("config", {}), "train_overrides")
@@ -134,6 +127,28 @@ def summarize(
         if mine != theirs:
             raise ValueError(f"unit {u['unit']} ran with {mine}, unit {ref['unit']} with {theirs}: delete the stale "
                              "unit's JSON and rerun it")  # fmt: skip
+    return any_unit, first_trained
+
+
+def summarize(
+    assets: Path,
+    arms: list[str],
+    seed: int = 0,
+    arm_flags: dict[str, list[str]] | None = None,
+    primary_baseline: str = "rloo",
+    seen_seeds: tuple = (),
+) -> dict | None:
+    """Writes `<assets>.json/.md/.png` beside `assets`. `arm_flags` (each arm's recipe flags) adds `group_weights`
+    and each arm's own objective, which with `primary_baseline` defines the seed-level primaries (`seed_level`);
+    `seen_seeds` are the seeds seen before the primaries were chosen (the primaries are also tested without them)."""
+    units = load_units(assets)
+    trained = {arm: sorted((u for u in units.values() if u["arm"] == arm), key=lambda u: u["seed"]) for arm in arms}
+    trained = {arm: us for arm, us in trained.items() if us}
+    if not units:
+        print(f"no finished units in {assets}")
+        return None
+    any_unit, first_trained = check_units(units)
+    n, ids = any_unit["num_samples"], any_unit["eval"]["problem_ids"]
     # Every arm's objective evaluated on every model: does each arm raise its own objective most?
     specs = objective_specs(arm_flags) if arm_flags else {}
     objectives = list(dict.fromkeys(specs[arm] for arm in arms if arm in specs and specs[arm][1] <= n))
@@ -193,7 +208,9 @@ def summarize(
             if "base" not in (arm, ref) and not common == seeds[arm] == seeds[ref]:
                 out["seeds"] = common  # the seeds both arms have, where they differ
     if primary_baseline in values and objectives:
-        summary["seed_level"] = seed_level(summary, primary_baseline)
+        summary["seed_level"] = seed_level(summary, primary_baseline, seen_seeds=tuple(seen_seeds))
+    if base_sign_test(summary):
+        summary["base_sign_test"] = base_sign_test(summary)
 
     if arm_flags and first_trained.get("config", {}).get("num_generations"):
         n_train = first_trained["config"]["num_generations"]
@@ -206,62 +223,6 @@ def summarize(
     plot(summary, assets.parent / f"{assets.name}.png")
     print(table(summary))
     return summary
-
-
-def seed_level(summary: dict, baseline: str, alpha: float = 0.05, power: float = 0.8) -> dict:
-    """Seed-level inference against `baseline` (the pre-registered analysis, docs/results.md).
-
-    For each arm and metric, d_s = arm(s) - baseline(s) over the seeds both have (each a mean over the problems),
-    then a one-sample t test over seeds. Primaries: each arm whose own objective differs from the baseline's, on
-    its own objective; their p-values are Holm-adjusted, and `detectable` is the effect found with `power` at
-    Holm's strictest level alpha / (number of primaries). Everything else is exploratory (unadjusted).
-    """
-    arms, names = summary["arms"], [o["name"] for o in summary["objectives"]]
-    own = {arm: o["name"] for o in summary["objectives"] for arm in o["trained_by"]}
-
-    def paired(arm: str, metric: str) -> tuple[list, torch.Tensor]:
-        common = [s for s in arms[arm]["seeds"] if s in arms[baseline]["seeds"]]
-        rows = [[arms[a][metric]["per_seed"][arms[a]["seeds"].index(s)] for s in common] for a in (arm, baseline)]
-        return common, torch.tensor(rows[0], dtype=torch.float64) - torch.tensor(rows[1], dtype=torch.float64)
-
-    primaries, exploratory = [], {}
-    for arm in arms:
-        if arm in ("base", baseline) or len(paired(arm, "pass@k")[0]) < 2:
-            continue
-        exploratory[arm] = {"seeds": paired(arm, "pass@k")[0]}
-        for metric in (*METRICS, "objectives"):
-            common, d = paired(arm, metric)  # (S, n) or (S, m)
-            tests = [seed_t_test(d[:, j]) for j in range(d.shape[1])]
-            exploratory[arm][metric] = {key: [t[key] for t in tests] for key in ("mean", "ci", "p")}
-        if own.get(arm) not in (None, own.get(baseline)):
-            common, d = paired(arm, "objectives")
-            d = d[:, names.index(own[arm])]  # (S,)
-            primaries.append({"arm": arm, "metric": own[arm], "seeds": common, "per_seed": d.tolist(), **seed_t_test(d)})
-    for entry, adjusted in zip(primaries, holm([e["p"] for e in primaries])):
-        entry["p_holm"] = adjusted
-        entry["detectable"] = detectable_effect(entry["sd"], entry["n"], alpha / len(primaries), power)
-    return {"baseline": baseline, "alpha": alpha, "power": power, "primaries": primaries, "exploratory": exploratory}
-
-
-def _seed_level_table(sl: dict, head: list[str], ks: list[int]) -> list[str]:
-    base = sl["baseline"]
-    lines = [f"Pre-registered primary endpoints: each arm's own objective minus {base.upper()}'s, per seed (points), "
-             f"two-sided t test over seeds, Holm over the {len(sl['primaries'])} primaries (family-wise alpha "
-             f"{sl['alpha']}); detectable = the effect found with {sl['power']:.0%} power at Holm's strictest "
-             "level.", "",
-             "| arm | endpoint | seeds | d per seed | mean [95% t CI] | p | Holm p | detectable |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for e in sl["primaries"]:
-        per = " / ".join(f"{100 * d:+.1f}" for d in e["per_seed"])
-        lines.append(f"| {e['arm']} | {e['metric']} | {len(e['seeds'])} | {per} | {_cell(e['mean'], e['ci'], '+.1f')} "
-                     f"| {e['p']:.3g} | {e['p_holm']:.3g} | {100 * e['detectable']:.1f} |")  # fmt: skip
-    lines += ["", f"Exploratory, seed-level (unadjusted): differences vs {base.upper()} (points, mean [95% t CI over "
-              "seeds])", "", "| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]  # fmt: skip
-    for arm, metrics in sl["exploratory"].items():
-        cells = [_cell(metrics[m]["mean"][k - 1], metrics[m]["ci"][k - 1], "+.1f")
-                 for m, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
-        lines.append(f"| {arm} | {len(metrics['seeds'])} | " + " | ".join(cells) + " |")
-    return lines
 
 
 def _cell(value: float, ci: list[float], fmt: str) -> str:
@@ -280,13 +241,18 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
     head = [f"pass@{k}" for k in ks] + [f"pass^{k}" for k in ks[1:]]
     lines = []
     if summary.get("seed_level"):
-        lines += _seed_level_table(summary["seed_level"], head, ks) + ["", "Values per arm (%):", ""]
+        lines += seed_level_table(summary["seed_level"], head, ks, summary.get("base_sign_test")) + [""]
+        lines += [f"{SECONDARY} Values per arm (%):", ""]
     lines += ["| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
     for arm, entry in summary["arms"].items():
         lines.append(f"| {arm} | {len(entry['seeds'])} | " + " | ".join(_cells(entry, ks, ".1f")) + " |")
     lines.append("")
     lines.append(f"{summary['num_problems']} held-out problems x {summary['num_samples']} samples; 95% bootstrap CIs "
                  "over seeds and problems.")  # fmt: skip
+    seed_sets = {tuple(e["seeds"]) for arm, e in summary["arms"].items() if arm != "base"}
+    if len(seed_sets) > 1:
+        lines[-1] += (" The arms have different seeds (column seeds): their means are over different seeds, so compare "
+                      "arms through the paired differences, which use the seeds both arms have.")  # fmt: skip
     if any(len(entry["seeds"]) > 1 for entry in summary["arms"].values()):
         lines += ["", "Per seed (%; seed s of every arm shares its data order and sampling seed):", ""]
         lines.append("| arm | seeds | " + " | ".join(head) + " |")
@@ -301,24 +267,28 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         rows = [(arm, d) for arm, d in rows if arm != "base"]
         if not rows:
             continue
-        lines += ["", f"Differences vs {name} (percentage points, paired):", ""]
-        lines.append("| arm | " + " | ".join(head) + " |")
-        lines.append("|---|" + "---|" * len(head))
+        lines += ["", f"{SECONDARY if 'seed_level' in summary else ''} Differences vs {name} (percentage points, "
+                  "paired by seed and problem; seeds: those both arms have):".lstrip(), ""]  # fmt: skip
+        lines.append("| arm | seeds | " + " | ".join(head) + " |")
+        lines.append("|---|---|" + "---|" * len(head))
         for arm, diffs in rows:
-            lines.append(f"| {arm} | " + " | ".join(_cells(diffs, ks, "+.1f")) + " |")
+            seeds = len(diffs.get("seeds", summary["arms"][arm]["seeds"]))
+            lines.append(f"| {arm} | {seeds} | " + " | ".join(_cells(diffs, ks, "+.1f")) + " |")
     if "objectives" in summary:
         names = [f"{o['name']} ({', '.join(o['trained_by'])})" for o in summary["objectives"]]
-        lines += ["", "Each arm's training objective (preset@K, trained by) evaluated on every model: its U-statistic "
-                  "over the n samples, in %, 95% CIs over seeds and problems; then paired differences vs RLOO.", ""]
-        lines.append("| model | " + " | ".join(names) + " |")  # fmt: skip
-        lines.append("|---|" + "---|" * len(names))
+        lines += ["", f"{SECONDARY if 'seed_level' in summary else ''} Each arm's training objective (preset@K, "
+                  "trained by) evaluated on every model: its U-statistic over the n samples, in %, 95% CIs over seeds "
+                  "and problems; then paired differences vs RLOO (exploratory point estimates).".lstrip(), ""]
+        lines.append("| model | seeds | " + " | ".join(names) + " |")  # fmt: skip
+        lines.append("|---|---|" + "---|" * len(names))
         for suffix, fmt in (("", ".1f"), ("minus_rloo", "+.1f")):
             for arm, entry in summary["arms"].items():
                 cur = (entry.get(suffix, {}) if suffix else entry).get("objectives")
                 if cur is None or suffix and arm == "base":
                     continue
                 cells = [_cell(v, ci, fmt) for v, ci in zip(cur["value"], cur["ci"])]
-                lines.append(f"| {arm}{' - rloo' if suffix else ''} | " + " | ".join(cells) + " |")
+                seeds = len((entry[suffix] if suffix else entry).get("seeds", entry["seeds"]))
+                lines.append(f"| {arm}{' - rloo' if suffix else ''} | {seeds} | " + " | ".join(cells) + " |")
     if "group_weights" in summary:
         gw = summary["group_weights"]
         n = gw["num_generations"]
@@ -329,67 +299,3 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         for arm, weights in gw["arms"].items():
             lines.append(f"| {arm} | " + " | ".join(f"{w:.2f}" for w in weights[1:n]) + " |")
     return "\n".join(lines)
-
-
-def plot(summary: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no figure (pip install matplotlib)")
-        return False
-    ks = summary["ks"]
-    sl = summary.get("seed_level") or {"exploratory": {}, "primaries": []}  # none with a single seed
-    vs = f" minus {sl['baseline'].upper()}" if "baseline" in sl else ""
-    # Top row: the curves, and the training reward. Bottom row: the pre-registered analysis, at the seed level:
-    # paired differences vs its baseline with t intervals over seeds (on the absolute scale the trained arms'
-    # curves nearly overlap), and the primary endpoints with their Holm-adjusted p-values.
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.4))
-    colors = {arm: f"C{i}" for i, arm in enumerate(a for a in summary["arms"] if a != "base")}
-    for arm, entry in summary["arms"].items():
-        style = dict(color="black", linestyle="--") if arm == "base" else dict(color=colors[arm])
-        for ax, metric in zip(axes[0, :2], METRICS):
-            value, ci = entry[metric]["value"], entry[metric]["ci"]
-            ax.plot(ks, value, marker=".", label=f"{arm} ({len(entry['seeds'])})", **style)
-            ax.fill_between(ks, [c[0] for c in ci], [c[1] for c in ci], color=style["color"], alpha=0.15)
-        if "train_reward" in entry:
-            tr = entry["train_reward"]
-            axes[0, 2].plot(tr["step"], tr["mean"], label=arm, **style)
-    for arm, metrics in sl["exploratory"].items():
-        for ax, metric in zip(axes[1, :2], METRICS):
-            d = metrics[metric]
-            ax.plot(ks, [100 * v for v in d["mean"]], marker=".", color=colors[arm])
-            ax.fill_between(ks, [100 * c[0] for c in d["ci"]], [100 * c[1] for c in d["ci"]], color=colors[arm],
-                            alpha=0.15)  # fmt: skip
-    for row, unit in ((0, " (95% CI over seeds and problems)"), (1, f"{vs} (points; t CI over seeds)")):
-        for ax, metric in zip(axes[row, :2], METRICS):
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("k")
-            ax.set_ylabel(metric + unit)
-            ax.grid(alpha=0.3)
-    for ax in axes[1, :2]:
-        ax.axhline(0, color="black", linewidth=0.8)
-    axes[0, 2].legend(*axes[0, 0].get_legend_handles_labels(), loc="lower right", title="arm (seeds)")
-    axes[0, 2].set_xlabel("optimizer step")
-    axes[0, 2].set_ylabel("training reward (mean over seeds)")
-    axes[0, 2].grid(alpha=0.3)
-    ax = axes[1, 2]
-    primaries = sl["primaries"]
-    for y, e in enumerate(primaries):
-        lo, hi = (100 * c for c in e["ci"])
-        ax.errorbar(100 * e["mean"], y, xerr=[[100 * e["mean"] - lo], [hi - 100 * e["mean"]]], fmt="o", capsize=4,
-                    color=colors[e["arm"]])  # fmt: skip
-    ax.set_yticks(range(len(primaries)),
-                  [f"{e['arm']}: {e['metric']}\n{len(e['seeds'])} seeds, Holm p {e['p_holm']:.2g}" for e in primaries])
-    ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_ylim(len(primaries) - 0.5, -0.5)
-    ax.set_xlabel(f"primary endpoint{vs} (points, 95% t CI)")
-    ax.grid(alpha=0.3, axis="x")
-    fig.suptitle(f"SmolLM2-135M-Instruct, {summary['num_problems']} held-out problems x {summary['num_samples']} "
-                 "samples")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True

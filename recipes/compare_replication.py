@@ -1,0 +1,196 @@
+"""The pre-registered confirmatory replication (Max@8 vs RLOO on pass@8, seeds 10-24), reported on its own.
+
+Its plan: docs/results.md, "Pre-registration: a confirmatory replication on fresh seeds 10-24".
+
+    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication
+
+One primary endpoint, d_s = pass@8(`max8`, s) - pass@8(`rloo`, s) for s = 10..24 (each the mean over the 200
+problems of 1 - C(16-c,8)/C(16,8)); a two-sided one-sample t test of mean(d) = 0 over the seeds, alpha 0.05, no
+correction, with its 95% t interval. Confirmed: p < 0.05 and mean > 0; a reversal: p < 0.05 and mean < 0; else not
+confirmed. The test runs only once every seed is in (both units, or the seed declared missing after
+`MAX_ATTEMPTS` recorded failures); before that the report is an interim, descriptive table without a p-value.
+
+Failures are not in the unit files (a unit's JSON is written only when it finishes): whoever reruns a failed unit
+records each failed attempt in `<assets>_failures.json` beside the units folder, a list of
+{"unit": "max8-s12", "error": "..."}; the report lists them. Also reported: the seeds where RLOO's pass@8 is at
+the ceiling (>= 98%; none excluded), the effect the test detects with 80% power computed from the observed seed SD
+with its range over that SD's 95% chi-square interval, the reproduction check (the committed ten-seed unit
+`rloo-s9` rerun at the replication's commit, `<ten_seed>_repro/rloo-s9.json`, must give the same per-problem
+counts), and, exploratory, the same test on seeds 0-24 pooled with the ten-seed units.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from compare_seed_level import CEILING, detectable
+from compare_summary import check_units, curves, load_units
+from ordergrad_trl.core.stats import seed_t_test
+
+ARM, BASELINE, K = "max8", "rloo", 8
+SEEDS = tuple(range(10, 25))
+ALPHA, POWER = 0.05, 0.8
+MAX_ATTEMPTS = 3  # a seed whose unit failed this often is reported as missing; the test runs on complete pairs
+REPRO_UNIT = "rloo-s9"
+
+
+def pass_at_k(unit: dict, k: int = K) -> float:
+    """A unit's pass@k: the mean over its problems of the unbiased estimate from c correct of n samples."""
+    return curves(torch.tensor(unit["eval"]["correct"]), unit["num_samples"])["pass@k"][:, k - 1].mean().item()
+
+
+def read_failures(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("unit"), str) for r in rows):
+        raise ValueError(f"{path}: expected a list of {{'unit': NAME, 'error': TEXT}}")
+    return rows
+
+
+def verdict(test: dict, alpha: float = ALPHA) -> str:
+    if test["p"] < alpha:
+        return "confirmed" if test["mean"] > 0 else "reversal"
+    return "not confirmed"
+
+
+def _pairs(units: dict, seeds) -> tuple[list[int], list[float], list[float]]:
+    """The seeds with both units, and each arm's pass@8 there."""
+    done = [s for s in seeds if f"{ARM}-s{s}" in units and f"{BASELINE}-s{s}" in units]
+    return done, [pass_at_k(units[f"{BASELINE}-s{s}"]) for s in done], [pass_at_k(units[f"{ARM}-s{s}"]) for s in done]
+
+
+def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
+    """The committed `rloo-s9` rerun at the replication's commit: the same correct count on every problem?"""
+    out = {"unit": REPRO_UNIT, "path": str(repro_path)}
+    if not repro_path.exists() or REPRO_UNIT not in ten_seed:
+        return {**out, "status": "not available"}
+    rerun = json.loads(repro_path.read_text())
+    if commits and rerun.get("commit") not in commits:
+        return {**out, "status": "not available", "note": f"the rerun ran at {rerun.get('commit')}, not {commits}"}
+    a, b = ten_seed[REPRO_UNIT]["eval"], rerun["eval"]
+    differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if a["problem_ids"] == b["problem_ids"] else None
+    ok = differing == 0
+    return {**out, "status": "passed" if ok else "failed", "commit": rerun.get("commit"), "problems_differing": differing}
+
+
+def replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path | None = None) -> dict:
+    units = load_units(assets) if assets.is_dir() else {}
+    expected = [f"{arm}-s{s}" for s in SEEDS for arm in (BASELINE, ARM)]
+    failures = read_failures(assets.parent / f"{assets.name}_failures.json")
+    attempts = {u: sum(r["unit"] == u for r in failures) for u in expected}
+    gave_up = sorted({int(u.rsplit("-s", 1)[1]) for u, a in attempts.items() if a >= MAX_ATTEMPTS and u not in units})
+    ten_seed = load_units(ten_seed_dir) if ten_seed_dir and ten_seed_dir.is_dir() else {}
+    if units:
+        check_units({**{u: v for u, v in ten_seed.items() if u != "base"}, **units})  # the same protocol as ten seeds
+    done, base, arm = _pairs(units, SEEDS)
+    d = [y - x for x, y in zip(base, arm)]
+    commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
+    rloo_present = [s for s in SEEDS if f"{BASELINE}-s{s}" in units]
+    at_ceiling = [s for s in rloo_present if pass_at_k(units[f"{BASELINE}-s{s}"]) >= CEILING]
+    complete = all(s in done or s in gave_up for s in SEEDS)
+    report = {
+        "design": {"arm": ARM, "baseline": BASELINE, "endpoint": f"pass@{K}", "seeds": list(SEEDS), "alpha": ALPHA,
+                   "test": "two-sided one-sample t test of mean(d) = 0 over seeds, no correction"},
+        "units": {"expected": len(expected), "present": sum(u in units for u in expected),
+                  "missing": [u for u in expected if u not in units],
+                  "outside_the_design": sorted(u for u in units if u not in expected)},
+        "commits": commits, "failures": failures, "missing_seeds": gave_up,
+        "per_seed": [{"seed": s, BASELINE: x, ARM: y, "d": y - x} for s, x, y in zip(done, base, arm)],
+        "ceiling": {"threshold": CEILING, "seeds": at_ceiling, "of": len(rloo_present)},
+        "complete": complete,
+    }  # fmt: skip
+    if not complete or len(d) < 2:
+        report["interim"] = {"pairs": len(d), "mean": sum(d) / len(d) if d else None}
+        return report
+    test = seed_t_test(torch.tensor(d, dtype=torch.float64))
+    report["test"] = {**test, "verdict": verdict(test)}
+    report["detectable"] = detectable(test["sd"], test["n"], ALPHA, POWER)
+    if ten_seed:
+        repro = repro_path or ten_seed_dir.parent / f"{ten_seed_dir.name}_repro" / f"{REPRO_UNIT}.json"
+        old, old_base, old_arm = _pairs(ten_seed, sorted({u["seed"] for u in ten_seed.values() if u["seed"] is not None}))
+        pooled_d = [y - x for x, y in zip(old_base, old_arm)] + d
+        pooled_base = old_base + base
+        report["pooled"] = {"seeds": old + done, **seed_t_test(torch.tensor(pooled_d, dtype=torch.float64)),
+                            "ceiling_seeds": [s for s, x in zip(old + done, pooled_base) if x >= CEILING],
+                            "reproduction_check": repro_check(ten_seed, repro, commits)}  # fmt: skip
+    return report
+
+
+def readme_sentence(r: dict) -> str:
+    """The README's sentence for each outcome, worded as the pre-registration fixed it."""
+    t = r["test"]
+    x, ci = f"{100 * abs(t['mean']):.1f} points [95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (p = {t['p']:.2g})", t["ci"]
+    n = f"{t['n']} fresh seeds"
+    if t["verdict"] == "confirmed":
+        return f"In a pre-registered replication on {n}, Max@8 raised pass@8 over RLOO by {x}."
+    if t["verdict"] == "reversal":
+        return f"A pre-registered replication on {n} reversed Max@8's pass@8 gain over RLOO: it was lower by {x}."
+    return (f"A pre-registered replication on {n} did not confirm Max@8's pass@8 gain over RLOO: {_pts(t['mean'])} "
+            f"points [95% CI {_pts(ci[0])}, {_pts(ci[1])}] (p = {t['p']:.2g}); the ten-seed result stays not established.")
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def table(r: dict) -> str:
+    des, units = r["design"], r["units"]
+    lines = [f"**Pre-registered replication** ({des['arm']} - {des['baseline']} on {des['endpoint']}, seeds "
+             f"{des['seeds'][0]}-{des['seeds'][-1]}; {des['test']}, alpha {des['alpha']}): "
+             f"{units['present']} of {units['expected']} units in.", ""]  # fmt: skip
+    lines.append(f"- Units ran at: {', '.join(r['commits']) or '-'}."
+                 + (" More than one commit, or a dirty tree: not the pre-registered protocol." if len(r["commits"]) > 1
+                    or any(c.endswith("+dirty") for c in r["commits"]) else ""))  # fmt: skip
+    fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
+    lines.append(f"- Failed attempts (each is rerun at the same seed): {fails}."
+                 + (f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"]
+                    else ""))  # fmt: skip
+    if units["outside_the_design"]:
+        lines.append(f"- Units outside the pre-registered test (exploratory): {', '.join(units['outside_the_design'])}.")
+    c = r["ceiling"]
+    lines.append(f"- Ceiling: {des['baseline'].upper()}'s {des['endpoint']} >= {c['threshold']:.0%} at {len(c['seeds'])} "
+                 f"of {c['of']} seeds ({', '.join(map(str, c['seeds'])) or 'none'}); none is excluded.")  # fmt: skip
+    lines += ["", f"| seed | {des['baseline']} {des['endpoint']} (%) | {des['arm']} {des['endpoint']} (%) | d (points) |",
+              "|---|---|---|---|"]  # fmt: skip
+    for row in r["per_seed"]:
+        lines.append(f"| {row['seed']} | {100 * row[des['baseline']]:.1f} | {100 * row[des['arm']]:.1f} | {_pts(row['d'])} |")
+    lines.append("")
+    if "test" not in r:
+        mean = r["interim"]["mean"]
+        lines.append(f"Interim, descriptive only: {r['interim']['pairs']} complete pairs"
+                     + (f", mean d {_pts(mean)} points" if mean is not None else "")
+                     + f". The pre-registered test runs only when all {units['expected']} units are in (or a seed is "
+                     "declared missing under the failure rule); no p-value or interval is reported before that.")  # fmt: skip
+        return "\n".join(lines)
+    t, det = r["test"], r["detectable"]
+    lines.append(f"**Pre-registered test** over {t['n']} seeds: mean d {_pts(t['mean'])} points, 95% t CI "
+                 f"[{_pts(t['ci'][0])}, {_pts(t['ci'][1])}], t = {t['t']:.2f}, two-sided p = {t['p']:.3g}: "
+                 f"**{t['verdict']}** (confirmed: p < {des['alpha']} and mean > 0; reversal: p < {des['alpha']} and "
+                 "mean < 0).")  # fmt: skip
+    lines.append(f"Detectable effect (80% power at alpha {des['alpha']}, computed from the observed seed SD "
+                 f"{100 * det['sd']:.1f} points, whose 95% chi-square interval is [{100 * det['sd_ci'][0]:.1f}, "
+                 f"{100 * det['sd_ci'][1]:.1f}]): {100 * det['effect']:.1f} points, {100 * det['effect_range'][0]:.1f} "
+                 f"to {100 * det['effect_range'][1]:.1f} over that interval.")  # fmt: skip
+    lines += ["", f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
+    if "pooled" in r:
+        p, check = r["pooled"], r["pooled"]["reproduction_check"]
+        lines += ["", f"Exploratory (not the pre-registered test): seeds {p['seeds'][0]}-{p['seeds'][-1]} pooled with "
+                  f"the ten-seed run ({p['n']} seeds): mean d {_pts(p['mean'])} [{_pts(p['ci'][0])}, "
+                  f"{_pts(p['ci'][1])}], p = {p['p']:.3g}; ceiling seeds {', '.join(map(str, p['ceiling_seeds'])) or 'none'}. "
+                  f"Valid only if the reproduction check passes: {check['status']} ({check['unit']}"
+                  + (f", {check['problems_differing']} problems differ" if check.get("problems_differing") is not None
+                     else "") + ")."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def summarize_replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path | None = None) -> dict:
+    """Writes `<assets>.json` and `<assets>.md` beside the units folder and prints the table."""
+    report = replication(assets, ten_seed_dir, repro_path)
+    (assets.parent / f"{assets.name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (assets.parent / f"{assets.name}.md").write_text(table(report) + "\n")
+    print(table(report))
+    return report

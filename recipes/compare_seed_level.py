@@ -1,0 +1,196 @@
+"""Seed-level inference for `recipes/compare_summary.py` and `recipes/compare_replication.py`.
+
+The seed is the unit of replication (training noise is shared by every problem of a seed), so every test here is
+over per-seed values: paired differences d_s = arm(s) - baseline(s), a t test over seeds, Holm over the
+pre-registered primaries, and the intervals that go with them. Also the small exact tools the reports quote: the
+SD's chi-square interval (so a detectable effect computed from an observed SD carries that SD's uncertainty), the
+sign test, and the seeds at which the baseline sits at the ceiling of an endpoint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ordergrad_trl.core.stats import detectable_effect, holm, seed_t_test
+
+METRICS = ("pass@k", "pass^k")
+CEILING = 0.98  # a baseline at or above this on an endpoint leaves an arm little room to gain there
+
+
+def chi2_ppf(p: float, df: int) -> float:
+    """The p-quantile of the chi-square distribution with df degrees of freedom (bisection on its CDF, the
+    regularized lower incomplete gamma P(df/2, x/2))."""
+    if not 0 < p < 1 or not (isinstance(df, int) and df >= 1):
+        raise ValueError(f"need 0 < p < 1 and an integer df >= 1, got p={p!r}, df={df!r}")
+
+    def cdf(x: float) -> float:
+        return torch.special.gammainc(torch.tensor(df / 2, dtype=torch.float64),
+                                      torch.tensor(x / 2, dtype=torch.float64)).item()  # fmt: skip
+
+    low, high = 0.0, float(df) + 10.0
+    while cdf(high) < p:
+        low, high = high, 2 * high
+    for _ in range(200):
+        mid = (low + high) / 2
+        if mid in (low, high):
+            break
+        low, high = (mid, high) if cdf(mid) < p else (low, mid)
+    return (low + high) / 2
+
+
+def sd_interval(sd: float, n: int, level: float = 0.95) -> list[float]:
+    """The `level` interval of a normal population's SD from a sample SD of n values:
+    [sd sqrt(df / chi2_{1-a/2, df}), sd sqrt(df / chi2_{a/2, df})] with df = n - 1."""
+    df, a = n - 1, 1 - level
+    return [sd * math.sqrt(df / chi2_ppf(1 - a / 2, df)), sd * math.sqrt(df / chi2_ppf(a / 2, df))]
+
+
+def detectable(sd: float, n: int, alpha: float, power: float) -> dict:
+    """The effect a two-sided t test at `alpha` over n seeds detects with `power`, computed from the observed SD,
+    and the same at both ends of that SD's 95% interval: the observed SD is an estimate, and so is this effect."""
+    low, high = sd_interval(sd, n)
+    return {"effect": detectable_effect(sd, n, alpha, power), "sd": sd, "sd_ci": [low, high],
+            "effect_range": [detectable_effect(low, n, alpha, power), detectable_effect(high, n, alpha, power)]}  # fmt: skip
+
+
+def sign_test(diffs) -> dict:
+    """Exact two-sided sign test of median(diff) = 0: ties dropped, p = min(1, 2 P(Bin(n, 1/2) >= max(above, below)))."""
+    above = sum(d > 0 for d in diffs)
+    below = sum(d < 0 for d in diffs)
+    n = above + below
+    tail = sum(math.comb(n, i) for i in range(max(above, below), n + 1)) / 2**n if n else 1.0
+    return {"n": n, "above": above, "below": below, "ties": len(diffs) - n, "p": min(1.0, 2 * tail),
+            "p_one_sided": sum(math.comb(n, i) for i in range(above, n + 1)) / 2**n if n else 1.0}  # fmt: skip
+
+
+def seed_level(summary: dict, baseline: str, alpha: float = 0.05, power: float = 0.8, seen_seeds=()) -> dict:
+    """Seed-level inference against `baseline` (the pre-registered analysis, docs/results.md).
+
+    For each arm and metric, d_s = arm(s) - baseline(s) over the seeds both have (each a mean over the problems),
+    then a one-sample t test over seeds. Primaries: each arm whose own objective differs from the baseline's, on
+    its own objective; their p-values are Holm-adjusted, `ci_adjusted` is the t interval at level 1 - alpha/m
+    (Bonferroni, m primaries: it excludes 0 only where Holm rejects), and `detectable` is the effect found with
+    `power` at Holm's strictest level alpha/m, from the observed SD (with the range over the SD's 95% interval).
+    `ceiling_seeds`: seeds where the baseline's value on the endpoint is at least `CEILING`. `unseen`: the
+    primaries on the seeds not in `seen_seeds` (seeds seen when the endpoints were chosen). Everything else is
+    exploratory (unadjusted).
+    """
+    arms, names = summary["arms"], [o["name"] for o in summary["objectives"]]
+    own = {arm: o["name"] for o in summary["objectives"] for arm in o["trained_by"]}
+
+    def per_seed(arm: str, metric: str, common: list) -> torch.Tensor:  # (S, n) or (S, m)
+        entry = arms[arm]
+        return torch.tensor([entry[metric]["per_seed"][entry["seeds"].index(s)] for s in common], dtype=torch.float64)
+
+    def paired(arm: str, metric: str) -> tuple[list, torch.Tensor]:
+        common = [s for s in arms[arm]["seeds"] if s in arms[baseline]["seeds"]]
+        return common, per_seed(arm, metric, common) - per_seed(baseline, metric, common)
+
+    primaries, exploratory, unseen = [], {}, []
+    for arm in arms:
+        if arm in ("base", baseline) or len(paired(arm, "pass@k")[0]) < 2:
+            continue
+        exploratory[arm] = {"seeds": paired(arm, "pass@k")[0]}
+        for metric in (*METRICS, "objectives"):
+            common, d = paired(arm, metric)  # (S, n) or (S, m)
+            tests = [seed_t_test(d[:, j]) for j in range(d.shape[1])]
+            exploratory[arm][metric] = {key: [t[key] for t in tests] for key in ("mean", "ci", "p")}
+        if own.get(arm) not in (None, own.get(baseline)):
+            j = names.index(own[arm])
+            common, d = paired(arm, "objectives")
+            base_values = per_seed(baseline, "objectives", common)[:, j]
+            ceiling = [s for s, v in zip(common, base_values.tolist()) if v >= CEILING]
+            primaries.append({"arm": arm, "metric": own[arm], "seeds": common, "per_seed": d[:, j].tolist(),
+                              "ceiling_seeds": ceiling, **seed_t_test(d[:, j])})  # fmt: skip
+            later = [i for i, s in enumerate(common) if s not in seen_seeds]
+            if seen_seeds and len(later) >= 2:
+                unseen.append({"arm": arm, "metric": own[arm], "seeds": [common[i] for i in later],
+                               **seed_t_test(d[later, j])})  # fmt: skip
+    m = len(primaries)
+    for entry, adjusted in zip(primaries, holm([e["p"] for e in primaries])):
+        entry["p_holm"] = adjusted
+        entry["ci_adjusted"] = seed_t_test(torch.tensor(entry["per_seed"], dtype=torch.float64), level=1 - alpha / m)["ci"]
+        power_at = detectable(entry["sd"], entry["n"], alpha / m, power)
+        entry["detectable"], entry["detectable_range"], entry["sd_ci"] = (power_at[k] for k in ("effect",
+                                                                          "effect_range", "sd_ci"))  # fmt: skip
+    out = {"baseline": baseline, "alpha": alpha, "power": power, "ceiling": CEILING, "primaries": primaries,
+           "exploratory": exploratory}  # fmt: skip
+    if seen_seeds:
+        out["seen_seeds"], out["unseen"] = list(seen_seeds), unseen
+    return out
+
+
+def base_sign_test(summary: dict) -> dict | None:
+    """Did training raise pass@1 over the base model? Each trained unit's pass@1 against the base model's, by a sign
+    test over units (which treats the units as independent; units of one seed share data order) and over seeds
+    (each seed's mean over the arms it has: one value per seed, independent by construction)."""
+    arms = summary["arms"]
+    if "base" not in arms:
+        return None
+    base = arms["base"]["pass@k"]["per_seed"][0][0]
+    diffs, by_seed = [], {}
+    for arm, entry in arms.items():
+        if arm == "base":
+            continue
+        for s, curve in zip(entry["seeds"], entry["pass@k"]["per_seed"]):
+            diffs.append(curve[0] - base)
+            by_seed.setdefault(s, []).append(curve[0] - base)
+    if not diffs:
+        return None
+    return {"base_pass@1": base, "units": {**sign_test(diffs), "min": min(diffs), "max": max(diffs)},
+            "seeds": sign_test([sum(v) / len(v) for v in by_seed.values()])}  # fmt: skip
+
+
+def _pts(x: float, fmt: str) -> str:
+    """x in points; a nonzero value that would round to 0.0 keeps two decimals (its sign is the point)."""
+    return f"{100 * x:{fmt.replace('.1f', '.2f')}}" if 0 < abs(100 * x) < 0.05 else f"{100 * x:{fmt}}"
+
+
+def _cell(value: float, ci: list[float], fmt: str) -> str:
+    """"value [low, high]" in %."""
+    return f"{_pts(value, fmt)} [{_pts(ci[0], fmt)}, {_pts(ci[1], fmt)}]"
+
+
+def seed_level_table(sl: dict, head: list[str], ks: list[int], sign: dict | None = None) -> list[str]:
+    base, m = sl["baseline"], len(sl["primaries"])
+    level = 1 - sl["alpha"] / max(m, 1)
+    lines = [f"Pre-registered primary endpoints: each arm's own objective minus {base.upper()}'s, per seed (points), "
+             f"two-sided t test over seeds, Holm over the {m} primaries (family-wise alpha {sl['alpha']}). Adjusted "
+             f"CI: the t interval at level 1 - alpha/{m} = {level:.1%} (Bonferroni; it excludes 0 only where Holm "
+             f"rejects). Detectable: the effect found with {sl['power']:.0%} power at Holm's strictest level, "
+             "computed from the observed seed SD, with its range over that SD's 95% chi-square interval. Ceiling: "
+             f"seeds where {base.upper()} is at or above {sl['ceiling']:.0%} on the endpoint.", "",
+             "| arm | endpoint | seeds | d per seed | mean [95% t CI] | p | Holm p | adjusted CI | detectable "
+             "[range] | ceiling seeds |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for e in sl["primaries"]:
+        per = " / ".join(f"{100 * d:+.1f}" for d in e["per_seed"])
+        lo, hi = e["detectable_range"]
+        lines.append(f"| {e['arm']} | {e['metric']} | {len(e['seeds'])} | {per} | {_cell(e['mean'], e['ci'], '+.1f')} "
+                     f"| {e['p']:.3g} | {e['p_holm']:.3g} | {_cell(e['mean'], e['ci_adjusted'], '+.1f')} "
+                     f"| {100 * e['detectable']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] "
+                     f"| {', '.join(map(str, e['ceiling_seeds'])) or '-'} |")  # fmt: skip
+    if sl.get("unseen"):
+        seen = ", ".join(map(str, sl["seen_seeds"]))
+        lines += ["", f"The endpoints were chosen after seeds {seen} had been seen. Exploratory, the primaries on the "
+                  "other seeds alone (unadjusted 95% t CI):", "", "| arm | endpoint | seeds | mean [95% t CI] | p |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for e in sl["unseen"]:
+            seeds = f"{e['seeds'][0]}-{e['seeds'][-1]}" if e["seeds"] == list(range(e["seeds"][0], e["seeds"][-1] + 1)) \
+                else ", ".join(map(str, e["seeds"]))  # fmt: skip
+            lines.append(f"| {e['arm']} | {e['metric']} | {seeds} | {_cell(e['mean'], e['ci'], '+.1f')} | {e['p']:.3g} |")
+    if sign:
+        u, s = sign["units"], sign["seeds"]
+        lines += ["", f"Pass@1 against the base model's {100 * sign['base_pass@1']:.1f}%: above it in {u['above']} of "
+                  f"{u['n'] + u['ties']} trained units (by {100 * u['min']:+.1f} to {100 * u['max']:+.1f} points; "
+                  f"exact two-sided sign test over units p = {u['p']:.2g}, treating units as independent) and, "
+                  f"averaged over the arms at each seed, at {s['above']} of {s['n'] + s['ties']} seeds (sign test "
+                  f"over seeds p = {s['p']:.2g})."]  # fmt: skip
+    lines += ["", f"Exploratory, seed-level (unadjusted): differences vs {base.upper()} (points, mean [95% t CI over "
+              "seeds])", "", "| arm | seeds | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]  # fmt: skip
+    for arm, metrics in sl["exploratory"].items():
+        cells = [_cell(metrics[m]["mean"][k - 1], metrics[m]["ci"][k - 1], "+.1f")
+                 for m, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
+        lines.append(f"| {arm} | {len(metrics['seeds'])} | " + " | ".join(cells) + " |")
+    return lines

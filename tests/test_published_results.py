@@ -1,0 +1,155 @@
+"""The published reading of the comparison quotes the committed summary: the primary table and every interval in
+docs/results.md's result block and the README's caption and results bullet are numbers of
+recipes/assets/compare_objectives.json, at the strength its tests give them; the disclosures hold."""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = json.loads((REPO / "recipes" / "assets" / "compare_objectives.json").read_text())
+RESULTS = (REPO / "docs" / "results.md").read_text()
+README = (REPO / "README.md").read_text()
+BLOCK = RESULTS[RESULTS.index("<!-- result:start -->") : RESULTS.index("<!-- result:end -->")]
+INTERVAL = r"\[([+-]\d+\.\d+), ([+-]\d+\.\d+)\]"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())  # sentences wrap anywhere
+
+
+def _readme_reading() -> str:
+    caption = README[README.index("*SmolLM2-135M-Instruct") : README.index("## Installation")]
+    bullet = README[README.index("- **Real LLM on CPU**") : README.index("- **Overhead**")]
+    return _flat(caption + " " + bullet)
+
+
+def _pts(x: float) -> str:
+    """As the summary's tables print points: a nonzero value that rounds to 0.0 keeps two decimals."""
+    return f"{100 * x:+.2f}" if 0 < abs(100 * x) < 0.05 else f"{100 * x:+.1f}"
+
+
+def _summary_intervals() -> set[str]:
+    """Every 95% interval of the summary (seed-level and bootstrap, every arm, metric and k), as "[lo, hi]"."""
+    out = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("ci", "ci_adjusted") and isinstance(value, list):
+                    rows = value if value and isinstance(value[0], list) else [value]
+                    out.update(f"[{_pts(lo)}, {_pts(hi)}]" for lo, hi in rows)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(SUMMARY)
+    return out
+
+
+@pytest.mark.parametrize("where", ["docs/results.md result block", "README caption and results bullet"])
+def test_every_quoted_interval_is_in_the_summary(where):
+    text = _flat(BLOCK) if where.startswith("docs") else _readme_reading()
+    quoted = {f"[{lo}, {hi}]" for lo, hi in re.findall(INTERVAL, text)}
+    assert len(quoted) >= (20 if where.startswith("docs") else 5)
+    assert not quoted - _summary_intervals(), f"{where} quotes intervals the summary does not hold"
+
+
+def test_primary_table_and_readme_quote_the_summary():
+    sl = SUMMARY["seed_level"]
+    readme = _readme_reading()
+    for e in sl["primaries"]:
+        row = next(line for line in BLOCK.splitlines() if line.startswith(f"| {e['arm']} | "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == " / ".join(f"{100 * d:+.1f}" for d in e["per_seed"]), row
+        assert cells[3] == f"{_pts(e['mean'])} [{_pts(e['ci'][0])}, {_pts(e['ci'][1])}]", row
+        assert cells[4] == f"{e['p']:.2g}" or cells[4] == f"{e['p']:.3f}", row
+        assert cells[5] == f"{e['p_holm']:.2g}" or cells[5] == f"{e['p_holm']:.3f}", row
+        assert cells[6] == f"[{_pts(e['ci_adjusted'][0])}, {_pts(e['ci_adjusted'][1])}]", row
+        lo, hi = e["detectable_range"]
+        assert cells[7] == f"{100 * e['detectable']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]", row
+        assert cells[8] == (", ".join(map(str, e["ceiling_seeds"])) or "-"), row
+        # the README gives each primary with its adjusted interval (the one that goes with the Holm p)
+        assert f"{_pts(e['mean'])} [{_pts(e['ci_adjusted'][0])}, {_pts(e['ci_adjusted'][1])}]" in readme or \
+            f"{_pts(e['mean'])} points, adjusted 98.3% t CI [{_pts(e['ci_adjusted'][0])}" in readme, e["arm"]  # fmt: skip
+    level = 1 - sl["alpha"] / len(sl["primaries"])
+    assert f"{level:.1%}" in BLOCK and f"{level:.1%}" in readme
+    # no unadjusted interval of a primary stands next to a Holm p in the README
+    for e in sl["primaries"]:
+        assert f"[{_pts(e['ci'][0])}, {_pts(e['ci'][1])}], Holm" not in readme
+
+
+def test_seeds_3_to_9_ceiling_and_power_are_quoted_from_the_summary():
+    sl = SUMMARY["seed_level"]
+    block, readme = _flat(BLOCK), _readme_reading()
+    assert sl["seen_seeds"] == [0, 1, 2] and "chosen after seeds 0-2" in block and "seeds 0-2 were seen" in readme
+    for e in sl["unseen"]:
+        assert e["seeds"] == list(range(3, 10))
+        quoted = f"{_pts(e['mean'])} [{_pts(e['ci'][0])}, {_pts(e['ci'][1])}]"
+        assert quoted in block, e["arm"]
+        if e["arm"] in ("max8", "min4"):
+            assert quoted in readme, e["arm"]
+    (max8,) = [e for e in sl["primaries"] if e["arm"] == "max8"]
+    rloo8 = [curve[7] for curve in SUMMARY["arms"]["rloo"]["pass@k"]["per_seed"]]
+    at_ceiling = [s for s, v in zip(SUMMARY["arms"]["rloo"]["seeds"], rloo8) if v >= 0.98]
+    assert max8["ceiling_seeds"] == at_ceiling
+    assert f"at seeds {', '.join(map(str, at_ceiling[:-1]))} and {at_ceiling[-1]}" in block
+    assert " and ".join(f"{100 * rloo8[s]:.1f}" for s in at_ceiling[-2:]) + "%" in block
+    assert f"{len(at_ceiling)} of {len(rloo8)} seeds" in readme
+    room = ", ".join(f"{100 * (1 - rloo8[s]):.1f}" for s in at_ceiling[:-1]) + f" and {100 * (1 - rloo8[at_ceiling[-1]]):.1f}"
+    smallest = sorted(max8["per_seed"])[: len(at_ceiling)]
+    assert f"could gain at most {room} points" in block
+    assert sorted(max8["per_seed"][s] for s in at_ceiling) == smallest  # "its smallest differences are at these seeds"
+    effects = [100 * e["detectable"] for e in sl["primaries"]]
+    ends = [100 * x for e in sl["primaries"] for x in e["detectable_range"]]
+    assert f"from {min(ends):.1f} to {max(ends):.1f} points" in block
+    assert f"{min(effects):.1f}-{max(effects):.1f}" not in readme or f"{min(ends):.1f}" in readme
+    assert "design detects" not in block + readme  # the detectable effect is an estimate, not a design property
+
+
+def test_base_model_sign_test_is_quoted_from_the_summary():
+    sign = SUMMARY["base_sign_test"]
+    units, seeds = sign["units"], sign["seeds"]
+    assert units["above"] == units["n"] and units["ties"] == 0  # every trained unit, as the text says
+    block, readme = _flat(BLOCK), _readme_reading()
+    assert f"All {units['n']} trained units" in block + readme
+    assert f"p = 2 x 0.5^{units['n']} = {units['p']:.2g}" in block and units["p"] == 2 * 0.5 ** units["n"]
+    assert f"p = {units['p']:.2g} over units, {seeds['p']:.1g} over the {seeds['n']} seeds" in readme
+    assert f"{100 * sign['base_pass@1']:.1f}%" in block
+    assert f"by {100 * units['min']:.1f} to {100 * units['max']:.1f} points" in block
+
+
+def test_withdrawn_and_overstated_wordings_are_gone():
+    text = _flat(BLOCK) + " " + _readme_reading()
+    for phrase in ("each column's highest value is on the arm trained for it", "did not raise", "level with it",
+                   "the trade-off its objective implies", "five objectives", "therefore measure the same thing."):
+        assert phrase.lower() not in text.lower(), phrase
+    assert "therefore measure the same thing" not in _flat(RESULTS).replace('"therefore measure the same thing"', "")
+
+
+def test_quickstart_eval_reuse_is_disclosed():
+    """The quickstart evaluates `max_eval_samples` rows of the digits test split: the first of the comparison's 200."""
+    import yaml
+
+    from ordergrad_trl.tasks.data import load_math_dataset
+
+    cfg = yaml.safe_load((REPO / "recipes" / "configs" / "cpu_quickstart.yaml").read_text())
+    ids = load_math_dataset(cfg["dataset_name"], split=cfg["dataset_test_split"])["id"]
+    unit = json.loads((REPO / "recipes" / "assets" / "compare_objectives" / "rloo-s0.json").read_text())
+    assert set(ids[: cfg["max_eval_samples"]]) <= set(unit["eval"]["problem_ids"]) == set(ids[:200])
+    n = cfg["max_eval_samples"]
+    assert f"first {n} of the comparison's 200 test problems" in _flat(README)
+    assert f"they are the first {n} (`{ids[0]}` to `-{ids[n - 1].rsplit('-', 1)[1]}`) of the 200" in _flat(RESULTS)
+
+
+def test_the_replication_preregistration_is_unchanged():
+    """The pre-registration section's text is frozen once a unit ran: its hash is that of commit 9fd3a65's text."""
+    start = RESULTS.index("### Pre-registration: a confirmatory replication")
+    end = RESULTS.index("<!-- replication:start -->")
+    digest = hashlib.sha256(RESULTS[start:end].rstrip("\n").encode() + b"\n\n").hexdigest()
+    assert digest == "a565f87264f1f4b9e8778817dae1728d42b71d376ff63c54b2a4c81e6dfc190a"
