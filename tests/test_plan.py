@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from plan_cases import BAD_SETTINGS, TRL_FIELD, case_id, expected_message
 from test_estimators import DEFAULT_PARAMS, reward_batch
 from test_trainer import G, make_trainer
 
@@ -115,3 +116,15 @@ def test_huge_finite_reward_warns_naming_the_function(tiny_model, tiny_tokenizer
     with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
         trainer._ordergrad_advantages(per_func, G, "train")
     assert f"reward function '{trainer.reward_func_names[0]}' returned rewards up to 1e+30" in caplog.text
+
+
+@pytest.mark.parametrize("case", BAD_SETTINGS, ids=case_id)
+def test_trl_config_raises_the_plans_text(cpu_training_args, case):
+    """tests/test_verl.py checks that verl's keys raise the same text for the same settings."""
+    from ordergrad_trl import OrderGradConfig
+
+    settings, n = case
+    fields = {TRL_FIELD[key]: value for key, value in settings.items()}
+    with pytest.raises(ValueError) as info:
+        OrderGradConfig(**{**cpu_training_args, "num_generations": n, "per_device_train_batch_size": n, **fields})
+    assert str(info.value) == expected_message(settings, n)

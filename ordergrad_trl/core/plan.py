@@ -63,16 +63,19 @@ class ObjectivePlan:
         """Index of the stage active at optimizer step `step`."""
         return bisect.bisect_right([s.start_step for s in self.stages], step) - 1
 
+    def is_defined(self, stage: PlanStage, n: int, estimator: str | None = None) -> bool:
+        """Whether the estimator of `stage` is defined on groups of `n` rollouts (e.g. not `ordergrad` with n <= K)."""
+        key = (estimator or self.estimator, id(stage), n)  # the plan holds its stages: ids stay
+        if key not in self._defined:
+            self._defined[key] = _defined(ESTIMATORS[key[0]], stage.context, n)
+        return self._defined[key]
+
     def advantages(self, rewards: torch.Tensor, stage: PlanStage, estimator: str | None = None) -> torch.Tensor:
         """`(G, N)` rewards -> `(G, N)` advantages of `stage` (unscaled); zeros where the estimator is undefined for
         this N (evaluation with N <= K). `estimator` defaults to the plan's (per-reward specs use `ordergrad`)."""
-        spec = ESTIMATORS[estimator or self.estimator]
-        key = (estimator or self.estimator, id(stage), rewards.shape[-1])  # the plan holds its stages: ids stay
-        if key not in self._defined:
-            self._defined[key] = _defined(spec, stage.context, rewards.shape[-1])
-        if not self._defined[key]:
+        if not self.is_defined(stage, rewards.shape[-1], estimator):
             return torch.zeros_like(rewards)
-        return spec(rewards, stage.context).to(rewards.dtype)
+        return ESTIMATORS[estimator or self.estimator](rewards, stage.context).to(rewards.dtype)
 
 
 def _defined(spec, context: EstimatorContext, n: int) -> bool:
