@@ -187,3 +187,15 @@ def test_devices_without_float64_compute_on_the_cpu(monkeypatch, name):
     if name != "passk_chen":
         assert get_estimator(name)(fake_mps(torch.ones(2, 6, dtype=torch.int32)), **DEFAULT_PARAMS[name]).dtype \
             == torch.float32
+
+
+def test_docs_table_and_config_help_are_generated_from_the_registry():
+    """docs/estimators.md shows `estimator_table()` verbatim and the config help lists every registered name."""
+    from pathlib import Path
+
+    from ordergrad_trl.core.estimators import estimator_help, estimator_table
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "estimators.md").read_text()
+    assert estimator_table() in docs, "docs/estimators.md's table is stale: paste estimator_table() there"
+    help_text = estimator_help()
+    assert all(f"{name} (" in help_text for name in ESTIMATORS)

@@ -32,7 +32,7 @@ def maxrl(rewards: torch.Tensor) -> torch.Tensor:
     """MaxRL's advantage (arXiv:2602.02710): A_i = (r_i - mean r) / mean r over the group's n valid 0/1 rewards.
 
     With c successes that is n/c - 1 for a success and -1 for a failure. A group where every rollout fails
-    (mean r = 0) gets 0, as in the authors' and SkyRL's code. Exactly centered.
+    (mean r = 0, the ratio undefined) gets 0. Exactly centered.
 
     What it estimates, exactly, with TRL's rollout mean (1/n) sum_i A_i grad log pi(o_i): the successes' part,
     (1/c) sum_{r_i=1} grad log pi(o_i) (0 when c = 0), has expectation grad J_n (the paper's estimator); the
