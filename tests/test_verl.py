@@ -307,6 +307,8 @@ def test_defaults_follow_rollout_n_as_the_trl_defaults_follow_num_generations():
         expected = trl_path(rows, {}, n=n) if n > 2 else trl_path(rows, {"k": 1}, n=3)
         assert torch.allclose(out, expected[:, None] * data.batch["response_mask"], atol=1e-12)
     assert torch.all(out == 0)  # K=4 at rollout.n=12: groups of 3 are too small, as in TRL's evaluation
+    k_one = OmegaConf.create({"adv_estimator": "ordergrad", "ordergrad_k": 1})  # valid in TRL, so here: Mean at K=1
+    assert [(s.objective, s.k) for s in adapter.plan_from_config(k_one, 8).stages] == [("Mean", 1)]
 
 
 def test_schedule_follows_verls_global_step(monkeypatch):

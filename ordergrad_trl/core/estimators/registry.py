@@ -112,7 +112,7 @@ def get_estimator(name: str) -> Callable[..., torch.Tensor]:
 
 
 def _lookup(name: str) -> Estimator:
-    key = name.strip().lower() if isinstance(name, str) else name
+    key = name.strip().lower() if isinstance(name, str) else None
     if key not in _REGISTRY:
         raise ValueError(f"Unknown advantage estimator {name!r}; valid names: {', '.join(_REGISTRY)}")
     return _REGISTRY[key]
