@@ -117,6 +117,8 @@ def test_a_duplicate_name_is_refused_and_a_new_one_is_listed(monkeypatch):
     facts = dict(advantage="a", unbiased_for="u", centered="exactly", source="s", summary="s")
     with pytest.raises(ValueError, match=r"estimator name 'grpo' is already registered by .*mean\.grpo"):
         register_estimator("grpo", **facts)(lambda rewards: rewards)
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("rloo")(lambda rewards: rewards)  # with or without the table's facts
     with pytest.raises(ValueError, match="lower-case identifiers"):
         register_estimator("My Estimator", **facts)
 
@@ -199,3 +201,5 @@ def test_docs_table_and_config_help_are_generated_from_the_registry():
     assert estimator_table() in docs, "docs/estimators.md's table is stale: paste estimator_table() there"
     help_text = estimator_help()
     assert all(f"{name} (" in help_text for name in ESTIMATORS)
+    for entry in ESTIMATORS.values():  # every fact of the table is given
+        assert all((entry.advantage, entry.unbiased_for, entry.centered, entry.source, entry.summary)), entry.name

@@ -81,9 +81,20 @@ ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)  # name -> Est
 
 
 def register_estimator(
-    name: str, *, advantage: str, unbiased_for: str, centered: str, source: str, summary: str, binary: bool = False
+    name: str,
+    *,
+    advantage: str = "",
+    unbiased_for: str = "",
+    centered: str = "",
+    source: str = "",
+    summary: str = "",
+    binary: bool = False,
 ) -> Callable[[Callable], Callable]:
-    """Decorator registering `fn` under `name` (lower case); a name registered by another function raises."""
+    """Decorator registering `fn` under `name` (lower case); a name registered by another function raises.
+
+    The keyword facts fill the docs table and the config help (the package's own estimators give them all, which
+    tests/test_estimators_contract.py checks); `binary=True` marks an estimator that refuses rewards other than 0/1.
+    """
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"estimator names are lower-case identifiers, got {name!r}")
 
