@@ -52,7 +52,7 @@ RUNS = {
     "mean": ("ordergrad", {"objective": "Mean"}, "mean"),
     "max": ("ordergrad", {"objective": "ReMax"}, "best_of_k"),
     "lowertail": ("ordergrad", {"objective": "LowerTailMean:0.25"}, "worst_of_k"),
-    "grpo": ("grpo", {}, None),
+    "grpo": ("grpo", {"scale": "group"}, None),  # TRL's default GRPO: divided by each group's std
     "rloo": ("rloo", {}, "mean"),
     "pkpo": ("pkpo", {"k": None}, "best_of_k"),
     "maxk_tang": ("maxk_tang", {"k": None}, "best_of_k"),

@@ -11,6 +11,7 @@ from oracle import brute_advantage
 
 from ordergrad_trl import lstat_value, rank_weights
 from ordergrad_trl.core.estimators import (
+    ESTIMATORS,
     get_estimator,
     grpo,
     maxk_tang,
@@ -23,7 +24,8 @@ from ordergrad_trl.core.estimators import (
 
 NAN = float("nan")
 
-# one parameter setting per estimator that fits groups of N = 6
+# one parameter setting per registered estimator that fits groups of N = 6 (test_every_estimator_has_a_test
+# fails when a registered estimator is missing here or in ORACLE_CASES)
 DEFAULT_PARAMS = {
     "ordergrad": dict(objective="TopM:2", k=4),
     "grpo": dict(scale="group"),
@@ -32,6 +34,8 @@ DEFAULT_PARAMS = {
     "passk_chen": dict(k=3),
     "pkpo": dict(k=3),
     "rs_grpo": dict(beta=2.0),
+    "maxrl": dict(),
+    "maxrl_loo": dict(k=4),
 }
 
 
@@ -168,28 +172,41 @@ def loop_rs_grpo(r, beta):
     return scatter_rows(rows, r.shape)
 
 
+ORACLE_CASES = [  # (estimator, parameters, its per-group loop oracle); MaxRL's oracles: tests/test_maxrl.py
+    ("ordergrad", dict(objective="TopM:2", k=4), lambda r: loop_ordergrad(r, "TopM:2", 4)),
+    ("ordergrad", dict(objective="CVaR:0.5", k=3), lambda r: loop_ordergrad(r, "CVaR:0.5", 3)),
+    ("ordergrad", dict(objective="ReMax", k=2), lambda r: loop_ordergrad(r, "ReMax", 2)),
+    ("grpo", dict(scale="group"), lambda r: loop_grpo(r, "group")),
+    ("grpo", dict(scale="batch"), lambda r: loop_grpo(r, "batch")),
+    ("grpo", dict(scale="none"), lambda r: loop_grpo(r, "none")),
+    ("rloo", dict(), loop_rloo),
+    ("maxk_tang", dict(), lambda r: loop_maxk_tang(r, None)),
+    ("maxk_tang", dict(k=3), lambda r: loop_maxk_tang(r, 3)),
+    ("maxk_tang", dict(k=2), lambda r: loop_maxk_tang(r, 2)),
+    ("pkpo", dict(k=2), lambda r: loop_pkpo(r, 2)),
+    ("pkpo", dict(k=4), lambda r: loop_pkpo(r, 4)),
+    ("pkpo", dict(k=6), lambda r: loop_pkpo(r, 6)),
+    ("rs_grpo", dict(beta=2.0), lambda r: loop_rs_grpo(r, 2.0)),
+    ("rs_grpo", dict(beta=-0.7), lambda r: loop_rs_grpo(r, -0.7)),
+    ("passk_chen", dict(k=3), lambda r: loop_passk_chen(r, 3)),
+]
+
+
+def test_every_estimator_has_a_test():
+    """A registered estimator without default parameters or a loop oracle here (or in test_maxrl.py) fails."""
+    from test_maxrl import MAXRL_ORACLES
+
+    assert set(DEFAULT_PARAMS) == set(ESTIMATORS)
+    assert {name for name, _, _ in ORACLE_CASES + MAXRL_ORACLES} == set(ESTIMATORS)
+
+
 @pytest.mark.parametrize("binary", [False, True])
-@pytest.mark.parametrize(
-    "name,params,oracle",
-    [
-        ("ordergrad", dict(objective="TopM:2", k=4), lambda r: loop_ordergrad(r, "TopM:2", 4)),
-        ("ordergrad", dict(objective="CVaR:0.5", k=3), lambda r: loop_ordergrad(r, "CVaR:0.5", 3)),
-        ("ordergrad", dict(objective="ReMax", k=2), lambda r: loop_ordergrad(r, "ReMax", 2)),
-        ("grpo", dict(scale="group"), lambda r: loop_grpo(r, "group")),
-        ("grpo", dict(scale="batch"), lambda r: loop_grpo(r, "batch")),
-        ("grpo", dict(scale="none"), lambda r: loop_grpo(r, "none")),
-        ("rloo", dict(), loop_rloo),
-        ("maxk_tang", dict(), lambda r: loop_maxk_tang(r, None)),
-        ("maxk_tang", dict(k=3), lambda r: loop_maxk_tang(r, 3)),
-        ("maxk_tang", dict(k=2), lambda r: loop_maxk_tang(r, 2)),
-        ("pkpo", dict(k=2), lambda r: loop_pkpo(r, 2)),
-        ("pkpo", dict(k=4), lambda r: loop_pkpo(r, 4)),
-        ("pkpo", dict(k=6), lambda r: loop_pkpo(r, 6)),
-        ("rs_grpo", dict(beta=2.0), lambda r: loop_rs_grpo(r, 2.0)),
-        ("rs_grpo", dict(beta=-0.7), lambda r: loop_rs_grpo(r, -0.7)),
-    ],
-)
+@pytest.mark.parametrize("name,params,oracle", ORACLE_CASES, ids=lambda v: v if isinstance(v, str) else None)
 def test_matches_loop_oracle(name, params, oracle, binary):
+    if ESTIMATORS[name].binary and not binary:
+        with pytest.raises(ValueError, match=f"{name}: rewards must be binary"):
+            get_estimator(name)(reward_batch(binary, seed=1), **params)
+        return
     r = reward_batch(binary, seed=len(str(params)))
     got = get_estimator(name)(r, **params)
     assert got.shape == r.shape and got.dtype == torch.float64

@@ -17,17 +17,17 @@ from ordergrad_trl.core.estimators import (
     ordergrad,
     passk_chen,
     pkpo,
+    register_estimator,
     rs_grpo,
 )
-
-CENTERED = {"ordergrad", "grpo", "rloo", "passk_chen", "rs_grpo"}  # the estimators whose group sums are 0
+from ordergrad_trl.core.estimators import registry as estimator_registry
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_contract_shape_dtype_nan_constant_and_permutation(name):
     params = DEFAULT_PARAMS[name]
     fn = get_estimator(name)
-    r = reward_batch(binary=name == "passk_chen", seed=7)
+    r = reward_batch(binary=ESTIMATORS[name].binary, seed=7)
     a = fn(r, **params)
     assert a.shape == r.shape and a.dtype == torch.float64 and bool(torch.isfinite(a).all())
     assert bool((a[torch.isnan(r)] == 0).all())  # unscorable -> 0
@@ -46,14 +46,16 @@ def test_contract_shape_dtype_nan_constant_and_permutation(name):
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_centered_exactly_where_claimed(name):
-    r = reward_batch(binary=name == "passk_chen", seed=11, g=200)
+    """The registry's `centered` column (docs/estimators.md's table) holds: "exactly", or not (and ">= 0")."""
+    r = reward_batch(binary=ESTIMATORS[name].binary, seed=11, g=200)
     a = get_estimator(name)(r, **DEFAULT_PARAMS[name])
     sums = a.sum(-1).abs()
-    if name in CENTERED:
+    claim = ESTIMATORS[name].centered
+    if claim == "exactly":
         assert sums.max() < 1e-9
     else:
-        assert sums.max() > 0.1  # not centered, and the test would notice if it became so
-        assert bool((a >= 0).all())
+        assert claim.startswith("no") and sums.max() > 0.1  # not centered, and the test would notice if it became so
+        assert bool((a >= 0).all()) == (">= 0" in claim)
 
 
 def test_bad_parameters_raise():
@@ -77,11 +79,13 @@ def test_bad_parameters_raise():
 
 
 def test_registry_lookup_and_binding():
-    assert get_estimator(" PKPO ") is pkpo
-    with pytest.raises(ValueError, match="valid names: ordergrad, grpo, rloo, maxk_tang, passk_chen, pkpo, rs_grpo"):
+    assert get_estimator(" PKPO ") is pkpo and ESTIMATORS["pkpo"].fn is pkpo
+    with pytest.raises(ValueError, match="valid names: " + ", ".join(ESTIMATORS)):
         get_estimator("dapo")
+    assert list(ESTIMATORS)[:3] == ["ordergrad", "grpo", "rloo"] and {"maxrl", "maxrl_loo"} <= set(ESTIMATORS)
     assert estimator_params("ordergrad") == {"objective": "TopM:2", "k": 4}
     assert estimator_params("rloo") == {}
+    assert estimator_params("grpo") == {"scale": "none"}  # the std is the caller's scale_rewards
     r = torch.rand(3, 8)
     bound = bind_estimator("ordergrad", num_generations=8, objective="ReMax", k=3)
     assert torch.equal(bound(r), ordergrad(r, objective="ReMax", k=3))
@@ -91,6 +95,41 @@ def test_registry_lookup_and_binding():
         bind_estimator("ordergrad", num_generations=4, k=4)  # caught at bind time, not at the first batch
     with pytest.raises(ValueError, match="multiple of k"):
         bind_estimator("maxk_tang", num_generations=6, k=4)
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_one_registry_every_lookup_agrees(name):
+    """The function, the registry entry called with keyword parameters and with the default context compute the
+    same thing (the two registries this replaced disagreed about grpo)."""
+    r = reward_batch(binary=ESTIMATORS[name].binary, seed=8)
+    entry = ESTIMATORS[name]
+    defaults = get_estimator(name)(r)
+    assert torch.equal(entry(r), defaults)
+    context = estimator_registry.EstimatorContext(k=entry.params.get("k") or r.shape[-1])
+    expected = get_estimator(name)(r, **{p: getattr(context, p) for p in entry.reads})
+    assert torch.equal(entry(r, context), expected)
+    if not entry.reads:
+        assert torch.equal(entry(r, context), defaults)
+
+
+def test_a_duplicate_name_is_refused_and_a_new_one_is_listed(monkeypatch):
+    monkeypatch.setattr(estimator_registry, "_REGISTRY", dict(estimator_registry._REGISTRY))
+    facts = dict(advantage="a", unbiased_for="u", centered="exactly", source="s", summary="s")
+    with pytest.raises(ValueError, match=r"estimator name 'grpo' is already registered by .*mean\.grpo"):
+        register_estimator("grpo", **facts)(lambda rewards: rewards)
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("rloo")(lambda rewards: rewards)  # with or without the table's facts
+    with pytest.raises(ValueError, match="lower-case identifiers"):
+        register_estimator("My Estimator", **facts)
+
+    @register_estimator("zero", **facts)
+    def zero(rewards, *, k: int = 3):
+        return torch.zeros_like(rewards)
+
+    entry = estimator_registry._REGISTRY["zero"]
+    assert (entry.params, entry.reads, entry.options) == ({"k": 3}, ("k",), {})
+    assert "zero (s)" in estimator_registry.estimator_help()
+    assert "| `zero` (k=3) | a | u | exactly | any | s |" in estimator_registry.estimator_table()
 
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
@@ -111,7 +150,7 @@ def test_grpo_matches_trl_statistics(scale):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_cuda_matches_cpu(name):
-    r = reward_batch(binary=name == "passk_chen", seed=2)
+    r = reward_batch(binary=ESTIMATORS[name].binary, seed=2)
     cpu = get_estimator(name)(r, **DEFAULT_PARAMS[name])
     gpu = get_estimator(name)(r.cuda(), **DEFAULT_PARAMS[name])
     assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-12)
@@ -121,7 +160,7 @@ def test_cuda_matches_cpu(name):
 def test_pass_at_k_and_pkpo_tables_at_user_sizes_match_exact_ratios(n_max, k):
     from fractions import Fraction
 
-    from ordergrad_trl.core.estimators import _passk_table, _pkpo_table
+    from ordergrad_trl.core.estimators.best_of_k import _passk_table, _pkpo_table
 
     passk, pk = _passk_table(n_max, k), _pkpo_table(n_max, k)
     for n in (k, k + 1, n_max // 2, n_max - 1, n_max):
@@ -143,10 +182,24 @@ def test_devices_without_float64_compute_on_the_cpu(monkeypatch, name):
     from fake_mps import fake_mps, no_float64
 
     no_float64(monkeypatch)
-    r = reward_batch(binary=name == "passk_chen", seed=4)
+    r = reward_batch(binary=ESTIMATORS[name].binary, seed=4)
     expected = get_estimator(name)(r, **DEFAULT_PARAMS[name])
     got = get_estimator(name)(fake_mps(r.float()), **DEFAULT_PARAMS[name])
     assert got.dtype == torch.float32 and torch.allclose(got.double(), expected, atol=1e-5)
     if name != "passk_chen":
         assert get_estimator(name)(fake_mps(torch.ones(2, 6, dtype=torch.int32)), **DEFAULT_PARAMS[name]).dtype \
             == torch.float32
+
+
+def test_docs_table_and_config_help_are_generated_from_the_registry():
+    """docs/estimators.md shows `estimator_table()` verbatim and the config help lists every registered name."""
+    from pathlib import Path
+
+    from ordergrad_trl.core.estimators import estimator_help, estimator_table
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "estimators.md").read_text()
+    assert estimator_table() in docs, "docs/estimators.md's table is stale: paste estimator_table() there"
+    help_text = estimator_help()
+    assert all(f"{name} (" in help_text for name in ESTIMATORS)
+    for entry in ESTIMATORS.values():  # every fact of the table is given
+        assert all((entry.advantage, entry.unbiased_for, entry.centered, entry.source, entry.summary)), entry.name

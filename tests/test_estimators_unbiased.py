@@ -113,3 +113,14 @@ def test_biased_estimators_point_away_from_their_objective_gradient(name, params
     if name == "grpo":
         unbiased = two_prompt_direction(rloo, prompts, n=4)
         assert torch.allclose(unbiased, truth, atol=1e-12)
+
+
+def test_every_estimator_has_its_unbiasedness_claim_tested():
+    """Each registered estimator is in one of the enumeration tests above (MaxRL's: tests/test_maxrl.py); a new
+    one fails here until its claim ("unbiased for ..." or "nothing") is checked."""
+    from ordergrad_trl.core.estimators import ESTIMATORS
+
+    tested = {"ordergrad", "rloo", "maxk_tang", "pkpo", "grpo", "passk_chen", "rs_grpo", "maxrl", "maxrl_loo"}
+    assert tested == set(ESTIMATORS)
+    biased = {"grpo", "passk_chen", "rs_grpo"}  # test_biased_estimators_point_away_from_their_objective_gradient
+    assert {name for name in ESTIMATORS if ESTIMATORS[name].unbiased_for.startswith("nothing")} == biased

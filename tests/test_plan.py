@@ -9,10 +9,11 @@ import math
 
 import pytest
 import torch
+from plan_cases import BAD_SETTINGS, TRL_FIELD, case_id, expected_message
 from test_estimators import DEFAULT_PARAMS, reward_batch
 from test_trainer import G, make_trainer
 
-from ordergrad_trl.core.estimators import ESTIMATORS, ESTIMATOR_SPECS, EstimatorContext, get_estimator, scale_advantages
+from ordergrad_trl.core.estimators import ESTIMATORS, EstimatorContext, get_estimator, scale_advantages
 from ordergrad_trl.core.objectives import rank_weights
 from ordergrad_trl.core.plan import build_plan
 
@@ -31,7 +32,7 @@ def test_plan_of_a_schedule_is_looked_up_by_step():
     spaced = plan(schedule=["0 ReMax @ 6", "10  TopM:2 @4 "])  # spaces around '@' are not part of the objective
     assert [(s.objective, s.k) for s in spaced.stages] == [("ReMax", 6), ("TopM:2", 4)]
     rewards = torch.rand(3, 8, dtype=torch.float64)  # (G, N)
-    assert torch.equal(p.advantages(rewards, p.stages[1]), ESTIMATORS["ordergrad"](rewards, objective="TopM:2", k=4))
+    assert torch.equal(p.advantages(rewards, p.stages[1]), get_estimator("ordergrad")(rewards, objective="TopM:2", k=4))
     assert torch.equal(p.advantages(rewards[:, :4], p.stages[1]), torch.zeros(3, 4))  # N <= K (eval): zeros
     defaults = plan(num_generations=3)
     assert (defaults.stages[0].objective, defaults.stages[0].k) == ("TopM:2", 2)
@@ -53,20 +54,40 @@ def test_building_the_plan_is_the_check(fields, match):
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_every_estimator_is_called_alike_with_one_context(name):
-    """`ESTIMATOR_SPECS[name](rewards, context)`: the context's objective / k / options reach the function; grpo's std
+    """`ESTIMATORS[name](rewards, context)`: the context's objective / k / options reach the function; grpo's std
     is left to `scale_advantages` (the caller's one place for scale_rewards)."""
-    r = reward_batch(binary=name == "passk_chen", seed=3)
+    r = reward_batch(binary=ESTIMATORS[name].binary, seed=3)
     params = dict(DEFAULT_PARAMS[name])
-    spec = ESTIMATOR_SPECS[name]
+    spec = ESTIMATORS[name]
     context = EstimatorContext(params.get("objective", "TopM:2"), params.get("k") or r.shape[-1],
-                               {p: v for p, v in params.items() if p in spec.options})  # fmt: skip
-    if name == "maxk_tang":
-        params["k"] = r.shape[-1]
+                               {p: v for p, v in params.items() if p in spec.options and p != "scale"})  # fmt: skip
+    if "k" in spec.reads:
+        params["k"] = context.k
     if name == "grpo":
         scaled = scale_advantages(spec(r, context), r, "group").nan_to_num(0.0)  # NaN: a group's std of one reward
         assert torch.equal(scaled, get_estimator(name)(r, **params))
         params["scale"] = "none"
     assert torch.equal(spec(r, context), get_estimator(name)(r, **params))
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_every_estimator_builds_a_plan_and_is_described_in_the_config_help(name):
+    k = 3 if ESTIMATORS[name].reads else None
+    p = plan(estimator=name, k=k, num_generations=6)
+    rewards = reward_batch(binary=ESTIMATORS[name].binary, seed=1)  # (G, 6)
+    expected = ESTIMATORS[name](rewards, EstimatorContext(p.stages[0].objective, p.stages[0].k))
+    assert torch.equal(p.advantages(rewards, p.stages[0]), expected)
+    from ordergrad_trl.core.estimators import estimator_help
+
+    assert f"{name} (" in estimator_help()
+
+
+def test_scale_rewards_is_checked_in_the_plan():
+    assert plan(scale=True).scale == "group" and plan(scale=False).scale == "none"
+    with pytest.raises(ValueError, match=r"scale_rewards must be 'none', 'group' or 'batch' \(or a bool\), got 'std'"):
+        plan(scale="std")
+    with pytest.raises(ValueError, match=r"it accepts: none"):
+        plan(estimator="grpo", estimator_kwargs={"beta": 1})  # grpo's scale is scale_rewards, not an option here
 
 
 def test_infinite_reward_stops_the_step_naming_the_function(tiny_model, tiny_tokenizer, cpu_training_args):
@@ -95,3 +116,15 @@ def test_huge_finite_reward_warns_naming_the_function(tiny_model, tiny_tokenizer
     with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
         trainer._ordergrad_advantages(per_func, G, "train")
     assert f"reward function '{trainer.reward_func_names[0]}' returned rewards up to 1e+30" in caplog.text
+
+
+@pytest.mark.parametrize("case", BAD_SETTINGS, ids=case_id)
+def test_trl_config_raises_the_plans_text(cpu_training_args, case):
+    """tests/test_verl.py checks that verl's keys raise the same text for the same settings."""
+    from ordergrad_trl import OrderGradConfig
+
+    settings, n = case
+    fields = {TRL_FIELD[key]: value for key, value in settings.items()}
+    with pytest.raises(ValueError) as info:
+        OrderGradConfig(**{**cpu_training_args, "num_generations": n, "per_device_train_batch_size": n, **fields})
+    assert str(info.value) == expected_message(settings, n)

@@ -28,8 +28,8 @@ from test_trainer import (
     make_trainer,
 )
 
-from ordergrad_trl import OrderGradConfig
-from ordergrad_trl.core.estimators import get_estimator
+from ordergrad_trl import OrderGradConfig, rank_weights
+from ordergrad_trl.core.estimators import ESTIMATORS, get_estimator
 
 
 class OrderRecordingTrainer(RecordingTrainer):
@@ -98,7 +98,13 @@ ZOO = {  # estimator -> (config overrides, estimator parameters the trainer shou
     "passk_chen": (dict(ordergrad_objective="ReMax", reward_weights=[1.0, 0.0]), dict(k=4)),
     "pkpo": (dict(ordergrad_objective="ReMax"), dict(k=4)),
     "rs_grpo": (dict(ordergrad_estimator_kwargs={"beta": 2.0}, ordergrad_objective="Mean"), dict(beta=2.0)),
+    "maxrl": (dict(ordergrad_objective="MaxRL:3", reward_weights=[1.0, 0.0]), dict()),
+    "maxrl_loo": (dict(ordergrad_objective="MaxRL:4", reward_weights=[1.0, 0.0]), dict(k=4)),
 }
+
+
+def test_every_registered_estimator_reaches_the_loss_in_a_test():
+    assert set(ZOO) == set(ESTIMATORS)
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -122,7 +128,8 @@ def test_each_estimator_reaches_the_loss(tiny_model, tiny_tokenizer, cpu_trainin
 
     # ordergrad/objective monitors ordergrad_objective over ordergrad_k whichever estimator trains
     k = overrides.get("ordergrad_k", 4)
-    weights = {"Mean": [1 / k] * k, "ReMax": [0.0] * (k - 1) + [1.0]}.get(overrides.get("ordergrad_objective"), WEIGHTS)
+    objective = overrides.get("ordergrad_objective")
+    weights = rank_weights(objective, k).tolist() if objective else WEIGHTS
     for value, (step, groups) in zip(logged(trainer, "ordergrad/objective"), sorted(per_step.items())):
         values = [brute_force_value([combine(r, reward_weights) for r in per_func], weights) for per_func, _ in groups]
         values = [v for v in values if not math.isnan(v)]

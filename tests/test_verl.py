@@ -1,7 +1,9 @@
 """The `ordergrad` advantage estimator through verl's own code (verl environment; docs/verl.md#tests).
 
-Oracle: the leave-one-out advantage by enumerating K-subsets, a_i = mean L(S) over S holding i minus mean L(S)
-over S drawn from the others, with L(S) = sum_j w_j (S sorted ascending)_j and weights written out by hand."""
+Oracles: the leave-one-out advantage by enumerating K-subsets, a_i = mean L(S) over S holding i minus mean L(S)
+over S drawn from the others, with L(S) = sum_j w_j (S sorted ascending)_j and weights written out by hand; for
+every estimator of the zoo, the TRL trainer's computation on the same groups (`plan.advantages`, then
+`scale_advantages`); for every bad setting, the text `OrderGradConfig` raises (tests/plan_cases.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 import ordergrad_trl.integrations.verl as adapter  # noqa: E402
+from ordergrad_trl.core.estimators import ESTIMATORS, scale_advantages  # noqa: E402
+from ordergrad_trl.core.plan import build_plan  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan_cases import BAD_SETTINGS, VERL_KEY, case_id, expected_message  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -62,11 +69,12 @@ def oracle(scores: list[float], weights: list[float]) -> list[float]:
     return out
 
 
-def shuffled_ragged_batch(sizes: list[int], seed: int, length: int = 7):
+def shuffled_ragged_batch(sizes: list[int], seed: int, length: int = 7, binary: bool = False):
     """A DataProto like verl's: rows of each uid scattered, rewards spread over the response tokens."""
     rng = random.Random(seed)
     uids = [f"uid-{g}-{rng.getrandbits(32):08x}" for g in range(len(sizes))]
-    rows = [(uid, rng.choice([0.0, 0.5, 1.0, rng.uniform(-2, 2)])) for uid, n in zip(uids, sizes) for _ in range(n)]
+    draw = (lambda: float(rng.random() < 0.4)) if binary else (lambda: rng.choice([0.0, 0.5, 1.0, rng.uniform(-2, 2)]))
+    rows = [(uid, draw()) for uid, n in zip(uids, sizes) for _ in range(n)]
     rng.shuffle(rows)
     bs = len(rows)
     lengths = torch.tensor([rng.randint(1, length) for _ in range(bs)])
@@ -154,7 +162,7 @@ def test_compute_advantage_equals_subset_enumeration(objective, k, weights, capl
     sizes = [5, 8, 6, k, 8, 1, 2 * k + 1, k + 1]  # ragged; groups of k and 1 rows have N <= K
     data, rows = shuffled_ragged_batch(sizes, seed=len(sizes) * k)
     mask = data.batch["response_mask"].clone()
-    monkeypatch.setattr(adapter, "_warned_small_groups", False)  # the warning is once per process
+    monkeypatch.setattr(adapter, "_warned_undefined", False)  # the warning is once per process
     with caplog.at_level(logging.WARNING, logger=adapter.__name__):
         out = compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config(objective, k))
 
@@ -168,8 +176,8 @@ def test_compute_advantage_equals_subset_enumeration(objective, k, weights, capl
     assert torch.max(torch.abs(advantages - expected[:, None] * mask)) <= 1e-10
     assert torch.equal(out.batch["returns"], advantages)
     assert torch.all(advantages[mask == 0] == 0)
-    small = sum(n <= k for n in sizes)
-    assert f"{small} of {len(sizes)} groups have N <= K={k}" in caplog.text
+    small = sorted({n for n in sizes if n <= k})
+    assert f"estimator 'ordergrad' is undefined for groups of {small} rollouts" in caplog.text
 
 
 def test_float32_rewards_keep_their_dtype_and_match():
@@ -208,20 +216,111 @@ def test_v1_trainer_path_delegates_to_the_estimator():
     assert torch.equal(out.batch["advantages"], direct)
 
 
-@pytest.mark.parametrize(
-    "objective,k,message",
-    [
-        ("Bogus", 4, "algorithm.ordergrad_objective='Bogus' with algorithm.ordergrad_k=4: Invalid objective"),
-        ("TopM:5", 4, "TopM:m needs 1 <= m <= k"),
-        ([0.5, 0.5], 4, "got 2 weights, need exactly k=4"),
-        ("TopM:2", 0, "algorithm.ordergrad_k must be an integer >= 1, got 0"),
-        ("TopM:2", "four", "algorithm.ordergrad_k must be an integer >= 1, got 'four'"),
-        ([0, 0, 0, 0], 4, "has all-zero weights at algorithm.ordergrad_k=4"),
-        ("0,0", 2, "has all-zero weights at algorithm.ordergrad_k=2"),
-    ],
-)
-def test_bad_settings_fail_with_the_key_and_valid_forms(objective, k, message):
-    data, _ = shuffled_ragged_batch([6], seed=1)
-    with pytest.raises(ValueError, match="ordergrad_") as info:
-        compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config(objective, k))
-    assert message in str(info.value)
+@pytest.mark.parametrize("case", BAD_SETTINGS, ids=case_id)
+def test_bad_settings_raise_the_same_text_as_the_trl_config(case):
+    """The text `OrderGradConfig` raises for the same settings (tests/test_plan.py checks that side), from the
+    start-up check of the composed config and from the estimator itself."""
+    from omegaconf import OmegaConf
+
+    settings, n = case
+    expected = expected_message(settings, n)
+    algorithm = {"adv_estimator": "ordergrad", **{VERL_KEY[key]: value for key, value in settings.items()}}
+    full = OmegaConf.create({"algorithm": algorithm, "actor_rollout_ref": {"rollout": {"n": n}}})
+    with pytest.raises(ValueError) as info:
+        adapter.check_config(full)
+    assert str(info.value) == expected
+    data, _ = shuffled_ragged_batch([n, n], seed=1, binary=True)
+    with pytest.raises(ValueError) as info:
+        compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm)  # n read from the parent config
+    assert str(info.value) == expected
+
+
+# ------------------------------------------------------------------------------------------ the whole zoo
+
+
+def trl_path(rows, settings: dict, n: int, stage: int = 0) -> torch.Tensor:
+    """What OrderGradTrainer computes for each group (its `(G, N)` view, one group per uid): `plan.advantages` of
+    the active stage, then `scale_advantages` with scale_rewards (over the whole batch for "batch"), NaN -> 0."""
+    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
+                    estimator_kwargs=None, scale="none")  # fmt: skip
+    plan = build_plan(**{**defaults, **settings}, num_generations=n)
+    scores = torch.tensor([score for _, score in rows], dtype=torch.float64)
+    out = torch.zeros(len(rows), dtype=torch.float64)
+    for uid in dict.fromkeys(u for u, _ in rows):
+        members = [r for r, (u, _) in enumerate(rows) if u == uid]
+        grouped = scores[members][None]  # (1, n)
+        adv = plan.advantages(grouped, plan.stages[stage])
+        out[members] = scale_advantages(adv, grouped, plan.scale)[0] if plan.scale == "group" else adv[0]
+    if plan.scale == "batch":
+        out = scale_advantages(out, scores, "batch")
+    return torch.nan_to_num(out, nan=0.0)
+
+
+ZOO_SETTINGS = [  # every registered estimator, with the settings that reach it (test_every_estimator_is_covered)
+    {"estimator": "ordergrad", "objective": "MaxRL:3", "k": 3},
+    {"estimator": "ordergrad", "objective": "CVaR:0.5", "k": 4, "scale": "group"},
+    {"estimator": "grpo", "scale": "group"},
+    {"estimator": "grpo", "scale": "batch"},
+    {"estimator": "rloo"},
+    {"estimator": "rs_grpo", "estimator_kwargs": {"beta": -1.5}},
+    {"estimator": "maxk_tang", "k": 2},
+    {"estimator": "passk_chen", "k": 3},
+    {"estimator": "pkpo", "k": 3},
+    {"estimator": "maxrl"},
+    {"estimator": "maxrl_loo", "k": 5},
+    {"estimator": "MaxRL_LOO"},  # names are case-insensitive, as in the TRL config
+]
+
+
+def test_every_estimator_is_covered():
+    assert {s["estimator"].lower() for s in ZOO_SETTINGS} == set(ESTIMATORS)
+
+
+@pytest.mark.parametrize("settings", ZOO_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_compute_advantage_equals_the_trl_path_for_every_estimator(settings):
+    from omegaconf import OmegaConf
+
+    name = settings["estimator"].lower()
+    sizes = [8, 6, 8, 3, 8, 7, 8, 2]  # ragged: groups smaller than the rollout.n of 8, some too small for K
+    data, rows = shuffled_ragged_batch(sizes, seed=len(str(settings)), binary=ESTIMATORS[name].binary)
+    mask = data.batch["response_mask"].clone()
+    full = OmegaConf.create({"algorithm": {"adv_estimator": "ordergrad",
+                                           **{VERL_KEY[key]: value for key, value in settings.items()}},
+                             "actor_rollout_ref": {"rollout": {"n": 8}}})  # fmt: skip
+    adapter.check_config(full)
+    out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm)
+    expected = trl_path(rows, settings, n=8)
+    assert torch.max(torch.abs(out.batch["advantages"] - expected[:, None] * mask)) <= 1e-12
+    assert torch.any(expected != 0)
+
+
+def test_defaults_follow_rollout_n_as_the_trl_defaults_follow_num_generations():
+    """Unset K is min(4, n-1) of verl's rollout.n (TRL: num_generations); the objective TopM:2, Mean at K=1."""
+    from omegaconf import OmegaConf
+
+    data, rows = shuffled_ragged_batch([3, 3, 3], seed=2)
+    for n, k, objective in [(3, 2, "TopM:2"), (2, 1, "Mean"), (12, 4, "TopM:2")]:
+        full = OmegaConf.create({"algorithm": {"adv_estimator": "ordergrad"}, "actor_rollout_ref": {"rollout": {"n": n}}})
+        plan = adapter.plan_from_config(full.algorithm, adapter._rollout_n(full.algorithm))
+        assert (plan.stages[0].k, plan.stages[0].objective) == (k, objective)
+        out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm).batch["advantages"]
+        expected = trl_path(rows, {}, n=n) if n > 2 else trl_path(rows, {"k": 1}, n=3)
+        assert torch.allclose(out, expected[:, None] * data.batch["response_mask"], atol=1e-12)
+    assert torch.all(out == 0)  # K=4 at rollout.n=12: groups of 3 are too small, as in TRL's evaluation
+    k_one = OmegaConf.create({"adv_estimator": "ordergrad", "ordergrad_k": 1})  # valid in TRL, so here: Mean at K=1
+    assert [(s.objective, s.k) for s in adapter.plan_from_config(k_one, 8).stages] == [("Mean", 1)]
+
+
+def test_schedule_follows_verls_global_step(monkeypatch):
+    from omegaconf import OmegaConf
+    from verl.utils.skip.skip_manager import SkipManager
+
+    schedule = ["0 ReMax@3", "2 Mean@1"]
+    full = OmegaConf.create({"algorithm": {"adv_estimator": "ordergrad", "ordergrad_schedule": schedule},
+                             "actor_rollout_ref": {"rollout": {"n": 6}}})  # fmt: skip
+    data, rows = shuffled_ragged_batch([6, 6, 5], seed=4)
+    for verl_step, stage in [(-1, 0), (1, 0), (2, 0), (3, 1), (40, 1)]:  # TRL's step = verl's - 1
+        monkeypatch.setattr(SkipManager, "step", verl_step)
+        out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm).batch["advantages"]
+        expected = trl_path(rows, {"schedule": schedule}, n=6, stage=stage)
+        assert torch.allclose(out, expected[:, None] * data.batch["response_mask"], atol=1e-12), verl_step

@@ -103,8 +103,9 @@ def test_override_syntax_composes_and_drives_the_estimator():
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("algorithm.ordergrad_objective=Bogus", "algorithm.ordergrad_objective='Bogus' with algorithm.ordergrad_k=4"),
-        ("algorithm.ordergrad_k=8", "actor_rollout_ref.rollout.n=8 rollouts per prompt, but algorithm.ordergrad_k=8"),
+        ("algorithm.ordergrad_objective=Bogus", "ordergrad_objective='Bogus' is not valid for ordergrad_k=4"),
+        ("algorithm.ordergrad_k=8", "ordergrad_k (8) must be smaller than num_generations (8)"),
+        ("+algorithm.ordergrad_estimator=maxrl_lo", "ordergrad_estimator='maxrl_lo' is unknown; valid names: "),
     ],
 )
 def test_bad_settings_stop_verl_main_before_ray_starts(override, message):
@@ -123,13 +124,23 @@ def test_bad_settings_at_composition_time():
     without_k = [o for o in base if "ordergrad_k" not in o]
     with pytest.raises(Exception, match=r"To append to your config use \+algorithm.ordergrad_k=3"):
         compose(without_k + ["algorithm.ordergrad_k=3"])  # a key verl lacks is added with a leading +
-    with pytest.raises(ValueError, match="algorithm.ordergrad_k must be an integer >= 1, got 'four'"):
+    with pytest.raises(ValueError, match="ordergrad_k must be a positive integer, got 'four'"):
         adapter.check_config(compose(without_k + ["+algorithm.ordergrad_k=four"]))
     stray = [o.replace("adv_estimator=ordergrad", "adv_estimator=grpo") for o in base]
     with pytest.raises(ValueError, match="only apply to algorithm.adv_estimator=ordergrad"):
         adapter.check_config(compose(stray))
     weights = compose([o for o in base if "objective" not in o] + ["+algorithm.ordergrad_objective=[0,0,0.5,0.5]"])
-    assert adapter.weights_from_config(weights.algorithm).tolist() == [0, 0, 0.5, 0.5]
+    assert adapter.plan_from_config(weights.algorithm, 8).stages[0].weights.tolist() == [0, 0, 0.5, 0.5]
+    zoo = compose(base + ["+algorithm.ordergrad_estimator=maxrl_loo", "+algorithm.ordergrad_scale_rewards=group",
+                          '+algorithm.ordergrad_schedule=["0 MaxRL:4@4","100 Mean@1"]'])  # fmt: skip
+    adapter.check_config(zoo)
+    plan = adapter.plan_from_config(zoo.algorithm, zoo.actor_rollout_ref.rollout.n)
+    assert (plan.estimator, plan.scale, [(s.objective, s.k) for s in plan.stages]) == (
+        "maxrl_loo", "group", [("MaxRL:4", 4), ("Mean", 1)])  # fmt: skip
+    beta = compose(base + ["+algorithm.ordergrad_estimator=rs_grpo", "+algorithm.ordergrad_estimator_kwargs={beta:0.5}"])
+    assert dict(adapter.plan_from_config(beta.algorithm, 8).stages[0].context.options) == {"beta": 0.5}
+    with pytest.raises(ValueError, match="algorithm.ordergrad_kk is not an OrderGrad key; valid keys: "):
+        adapter.check_config(compose(base + ["+algorithm.ordergrad_kk=3"]))
 
 
 def _launch_overrides(tmp_path: Path, *extra: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The verl adapter imports only `ordergrad_trl.core`, torch and verl (and `packaging`, a verl dependency), and the
+"""The verl adapter imports only `ordergrad_trl.core`, torch and verl (and `packaging`, `omegaconf`: verl's), and the
 reward only the math-verify pool, so both install with `--no-deps` into a verl environment (docs/verl.md#install);
 runs without verl."""
 
@@ -32,9 +32,9 @@ def third_party(names: set[str]) -> set[str]:
 @pytest.mark.parametrize(
     "module,allowed",
     [
-        # packaging: verl itself requires it
-        ("verl.py",
-         lambda n: n in ("torch", "verl", "ordergrad_trl.core", "packaging.version") or n.startswith("verl.")),
+        # packaging, omegaconf: verl itself requires them
+        ("verl.py", lambda n: n in ("torch", "verl", "packaging.version", "omegaconf")
+         or n.startswith(("verl.", "ordergrad_trl.core."))),
         ("verl_reward.py", lambda n: n == "ordergrad_trl.tasks.math_verify_pool"),
         ("__init__.py", lambda n: False),
     ],

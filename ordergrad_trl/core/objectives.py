@@ -71,6 +71,20 @@ def _lmoment(r: int, k: int) -> list[float]:
     return [sum(p[i] * math.comb(j - 1, i) / math.comb(k - 1, i) for i in range(r)) / k for j in range(1, k + 1)]
 
 
+def _maxrl(t: int, k: int) -> list[float]:
+    # E[max of m draws] = sum_j C(j-1, m-1) / C(K, m) E[R_(j:K)] (the j-th smallest is the max of the m-subsets
+    # holding it and m-1 smaller ones), and C(j-1, m-1) / m = C(j, m) / j, so w_j = (1/j) sum_{m<=T} C(j, m) / C(K, m):
+    # products of ratios in [0, 1], no overflow at any K (docs/objectives.md, "MaxRL as an L-statistic")
+    weights = []
+    for j in range(1, k + 1):
+        ratio, total = 1.0, 0.0
+        for m in range(1, min(t, j) + 1):
+            ratio *= (j - m + 1) / (k - m + 1)
+            total += ratio
+        weights.append(total / j)
+    return weights
+
+
 @dataclass(frozen=True)
 class Preset:
     """One named objective: `weights(p, k)` gives its K ascending rank weights where `valid(p, k)` holds."""
@@ -121,6 +135,8 @@ PRESETS: tuple[Preset, ...] = (
            lambda p, k: [2.0 * (2 * j - k - 1) / (k * (k - 1)) for j in range(1, k + 1)], "GMD"),
     Preset("LMoment", "r", int, "Hosking's r-th sample L-moment (r=2 is GMD/2)", "1 <= r <= K",
            lambda r, k: 1 <= r <= k, _lmoment, "LMoment:3"),
+    Preset("MaxRL", "T", int, "sum_{k<=T} (best of k) / k: MaxRL's objective (pass@k for 0/1 rewards)",
+           "1 <= T <= K", lambda t, k: 1 <= t <= k, _maxrl, "MaxRL:4"),
 )  # fmt: skip
 
 _BY_NAME = {name.lower(): preset for preset in PRESETS for name in (preset.name, *preset.aliases)}

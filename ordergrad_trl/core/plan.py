@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .estimators import ESTIMATOR_SPECS, EstimatorContext
+from .estimators import ESTIMATORS, EstimatorContext
 from .objectives import VALID_OBJECTIVES, rank_weights
 from .schedule import parse_objective_at_k, parse_objective_schedule, string_list
 
@@ -29,6 +29,7 @@ DEFAULT_OBJECTIVE = "TopM:2"  # "Mean" when K is 1
 
 # Estimator inputs that config fields set: naming them in `ordergrad_estimator_kwargs` is an error.
 FIELD_OF = {"objective": "ordergrad_objective", "k": "ordergrad_k", "scale": "scale_rewards"}
+SCALES = ("none", "group", "batch")  # scale_rewards, applied after the estimator (`estimators.scale_advantages`)
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,19 @@ class ObjectivePlan:
         """Index of the stage active at optimizer step `step`."""
         return bisect.bisect_right([s.start_step for s in self.stages], step) - 1
 
+    def is_defined(self, stage: PlanStage, n: int, estimator: str | None = None) -> bool:
+        """Whether the estimator of `stage` is defined on groups of `n` rollouts (e.g. not `ordergrad` with n <= K)."""
+        key = (estimator or self.estimator, id(stage), n)  # the plan holds its stages: ids stay
+        if key not in self._defined:
+            self._defined[key] = _defined(ESTIMATORS[key[0]], stage.context, n)
+        return self._defined[key]
+
     def advantages(self, rewards: torch.Tensor, stage: PlanStage, estimator: str | None = None) -> torch.Tensor:
         """`(G, N)` rewards -> `(G, N)` advantages of `stage` (unscaled); zeros where the estimator is undefined for
         this N (evaluation with N <= K). `estimator` defaults to the plan's (per-reward specs use `ordergrad`)."""
-        spec = ESTIMATOR_SPECS[estimator or self.estimator]
-        key = (estimator or self.estimator, id(stage), rewards.shape[-1])  # the plan holds its stages: ids stay
-        if key not in self._defined:
-            self._defined[key] = _defined(spec, stage.context, rewards.shape[-1])
-        if not self._defined[key]:
+        if not self.is_defined(stage, rewards.shape[-1], estimator):
             return torch.zeros_like(rewards)
-        return spec(rewards, stage.context).to(rewards.dtype)
+        return ESTIMATORS[estimator or self.estimator](rewards, stage.context).to(rewards.dtype)
 
 
 def _defined(spec, context: EstimatorContext, n: int) -> bool:
@@ -113,15 +117,15 @@ def _context(name: str, objective: str, k: int, options: dict, n: int, setting: 
     """The stage's estimator context, checked by running the estimator once on a zero group of size n."""
     context = EstimatorContext(objective.strip(), k, dict(options))
     try:
-        ESTIMATOR_SPECS[name](torch.zeros(1, n, dtype=torch.float64), context)
+        ESTIMATORS[name](torch.zeros(1, n, dtype=torch.float64), context)
     except (ValueError, TypeError) as err:
         raise ValueError(f"ordergrad_estimator={name!r} with {setting}, num_generations={n}: {err}") from err
     return context
 
 
 def _estimator(name, kwargs) -> tuple[str, dict]:
-    if not isinstance(name, str) or name.strip().lower() not in ESTIMATOR_SPECS:
-        raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATOR_SPECS)}.")
+    if not isinstance(name, str) or name.strip().lower() not in ESTIMATORS:
+        raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATORS)}.")
     name = name.strip().lower()
     if kwargs is not None and not isinstance(kwargs, dict):
         raise ValueError(
@@ -135,7 +139,7 @@ def _estimator(name, kwargs) -> tuple[str, dict]:
             f"ordergrad_estimator_kwargs must not set {reserved}: set {', '.join(FIELD_OF[p] for p in reserved)} "
             "instead."
         )
-    accepted = ESTIMATOR_SPECS[name].options
+    accepted = [option for option in ESTIMATORS[name].options if option not in FIELD_OF]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
         raise ValueError(
@@ -151,7 +155,11 @@ def build_plan(
     """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective and K
     take the defaults. Raises `ValueError` naming the field and its valid values for every bad setting."""
     name, options = _estimator(estimator, estimator_kwargs)
-    spec = ESTIMATOR_SPECS[name]
+    if isinstance(scale, bool):  # TRL's command line and YAML: true is "group", false "none"
+        scale = "group" if scale else "none"
+    if scale not in SCALES:
+        raise ValueError(f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {scale!r}.")
+    spec = ESTIMATORS[name]
     if k is None:
         k = min(DEFAULT_K, num_generations - 1)
     if objective is None:
@@ -167,7 +175,7 @@ def build_plan(
         if not spec.reads:
             raise ValueError(
                 f"ordergrad_schedule has no effect with ordergrad_estimator={name!r}, which takes neither an objective "
-                f"nor k; use one that does: {', '.join(n for n, s in ESTIMATOR_SPECS.items() if s.reads)}."
+                f"nor k; use one that does: {', '.join(n for n, s in ESTIMATORS.items() if s.reads)}."
             )
         for index, stage in enumerate(parse_objective_schedule(schedule)):
             at = f"ordergrad_schedule[{index}]={schedule[index]!r}"
@@ -201,7 +209,7 @@ def warn_about_eval_groups(plan: ObjectivePlan, n_eval: int | None) -> None:
         return
     stages = plan.per_reward if plan.per_reward is not None else plan.stages
     name = "ordergrad" if plan.per_reward is not None else plan.estimator
-    undefined = [s for s in stages if not _defined(ESTIMATOR_SPECS[name], s.context, n_eval)]
+    undefined = [s for s in stages if not _defined(ESTIMATORS[name], s.context, n_eval)]
     if undefined or n_eval < max(s.k for s in stages):
         logger.warning(
             "num_generations_eval (%d): %s in evaluation, where those advantages are set to 0 (the eval policy "

@@ -1,34 +1,40 @@
-"""OrderGrad's unbiased L-statistic advantages as a verl advantage estimator: `algorithm.adv_estimator=ordergrad`.
+"""OrderGrad's estimator zoo as the verl advantage estimator `ordergrad`, planned by the same `build_plan` as TRL.
 
 verl (tested: 0.9.1) calls a registered estimator in its trainer process as
 `fn(token_level_rewards=(bs, L), response_mask=(bs, L), config=<the algorithm config>, index=<uid per row>)`.
 A group is the rows that share a `uid` (one prompt's rollouts); its rows need not be adjacent and groups may differ
-in size. Each row's score is `token_level_rewards.sum(-1)` (an outcome reward), and its advantage is
-`K * lstat_advantage(group scores, rank_weights(objective, K))`, broadcast over the response tokens: with a
-sequence-level loss that sums each response's tokens (`loss_agg_mode=seq-mean-token-sum-norm`), the policy
-gradient is then the unbiased estimate of grad J up to a constant (docs/verl.md). A group of N <= K rollouts has
-no leave-one-out advantage: it gets 0, and a warning says so once per process.
+in size. Each row's score is `token_level_rewards.sum(-1)` (an outcome reward). The `algorithm.ordergrad_*` keys
+are `OrderGradConfig`'s fields of the same names (`ordergrad_scale_rewards` is its `scale_rewards`) and go through
+`ordergrad_trl.core.plan.build_plan` with `actor_rollout_ref.rollout.n` as `num_generations`: the same defaults
+(K = min(4, n-1), `TopM:2`, `Mean` at K=1), rules, checks and error messages as the TRL config. Every group is then
+computed as the TRL trainer computes a batch of groups: `plan.advantages` (zeros where the estimator is undefined
+for the group's size, with a warning once per process), then `scale_advantages`, broadcast over the response
+tokens. With a sequence-level loss that sums each response's tokens (`loss_agg_mode=seq-mean-token-sum-norm`), the
+policy gradient is then the estimator's, up to a constant (docs/verl.md).
 
-Objective and K come from two keys that verl's own config lacks, so Hydra takes them with a leading `+`:
+Keys verl's own config lacks are added with a leading `+`, e.g.
 
-    algorithm.adv_estimator=ordergrad +algorithm.ordergrad_objective=TopM:2 +algorithm.ordergrad_k=4
+    algorithm.adv_estimator=ordergrad +algorithm.ordergrad_estimator=maxrl_loo +algorithm.ordergrad_k=4
 
 verl 0.9.1 keeps `algorithm` a DictConfig from the command line to the estimator (it never converts it to its
-`AlgoConfig` dataclass, which would reject the extra keys). Defaults: `TopM:2` over K=4, as in `OrderGradConfig`.
+`AlgoConfig` dataclass, which would reject the extra keys). A schedule (`ordergrad_schedule`) is looked up at
+verl's global step (`verl.utils.skip.SkipManager.step`, which both of verl's trainers set every step; TRL's step
+0 is verl's step 1).
 
 Registration. `import verl` loads the `verl.plugins` entry points (this package's pyproject.toml names this
 module), so every verl process, the trainer actor included, has `ordergrad` registered without user code. verl
 logs a plugin's import error at debug level only, so this module logs its own failure as an error before raising.
-It also checks the settings at start-up: it extends `verl.utils.config.validate_config`, which verl's
-`main_ppo` runs on the composed config before starting Ray, so a bad objective or K (or K >= rollout.n) fails in
-seconds, not after the first rollout. The estimator checks them again on every call (cached), for launchers that
-skip `validate_config`.
+It also checks the settings at start-up: it extends `verl.utils.config.validate_config`, which verl's `main_ppo`
+runs on the composed config before starting Ray, so a bad setting fails in seconds, not after the first rollout.
+The estimator builds (and so checks) the plan again on its first call, for launchers that skip `validate_config`.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
+from collections.abc import Mapping, Sequence
 
 logger = logging.getLogger(__name__)
 NAME = "ordergrad"
@@ -38,82 +44,126 @@ try:  # verl's plugin loader hides import errors (debug level): say it here, lou
     import torch
     from packaging.version import Version
 
-    from ordergrad_trl.core import lstat_advantage, rank_weights
+    from ordergrad_trl.core.estimators import scale_advantages
+    from ordergrad_trl.core.plan import ObjectivePlan, build_plan
 except Exception:
     logger.error(_FAILED, exc_info=True)
     raise
 
-__all__ = ["NAME", "compute_ordergrad_advantage", "grouped_lstat_advantage", "check_config", "weights_from_config"]
+__all__ = ["NAME", "KEYS", "compute_ordergrad_advantage", "check_config", "plan_from_config", "grouped_advantages"]
 
-OBJECTIVE_KEY, K_KEY = "ordergrad_objective", "ordergrad_k"
-DEFAULT_OBJECTIVE, DEFAULT_K = "TopM:2", 4  # OrderGradConfig's defaults
+# algorithm.<key> -> build_plan's argument; the keys are OrderGradConfig's field names
+KEYS = {
+    "ordergrad_estimator": "estimator",
+    "ordergrad_objective": "objective",
+    "ordergrad_k": "k",
+    "ordergrad_schedule": "schedule",
+    "ordergrad_estimator_kwargs": "estimator_kwargs",
+    "ordergrad_scale_rewards": "scale",
+}
 TESTED_VERL = ("0.9.1", "0.10")  # [lowest tested, first untested) release; pyproject's `verl` group pins it
-_SETTINGS = f"algorithm.adv_estimator={NAME} +algorithm.{OBJECTIVE_KEY}=TopM:2 +algorithm.{K_KEY}=4"
-_warned_small_groups = False
+_VERL_NOTE = ("(verl: these are the algorithm.ordergrad_* keys, e.g. +algorithm.ordergrad_k=4; num_generations is "
+              "actor_rollout_ref.rollout.n, scale_rewards is algorithm.ordergrad_scale_rewards)")  # fmt: skip
+_warned_undefined = False
 
 
-def weights_from_config(config) -> torch.Tensor:
-    """`(K,)` float64 ascending rank weights of `algorithm.ordergrad_objective` over `algorithm.ordergrad_k`.
+def _plain(value):
+    """Hydra's ListConfig / DictConfig as a list / dict, a JSON object string as a dict (as TRL's command line
+    parses it); anything else unchanged, for `build_plan` to judge."""
+    if isinstance(value, Mapping):
+        return dict(value.items())
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)
+    return value
 
-    `config` is verl's `algorithm` config (DictConfig, dict or `AlgoConfig`) or None (the defaults). The objective
-    is a preset string or a list of K numbers. Raises ValueError naming the keys and the valid forms."""
-    raw_objective = config.get(OBJECTIVE_KEY, None) if config is not None else None
-    raw_k = config.get(K_KEY, None) if config is not None else None
-    k = DEFAULT_K if raw_k is None else raw_k
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"algorithm.{K_KEY} must be an integer >= 1, got {k!r}; e.g. {_SETTINGS}")
-    objective = DEFAULT_OBJECTIVE if raw_objective is None else raw_objective
-    if not isinstance(objective, str):  # a list of weights, e.g. +algorithm.ordergrad_objective=[0,0,0.5,0.5]
+
+def _settings(algorithm) -> dict:
+    """`build_plan`'s keyword arguments from verl's `algorithm` config (None: the defaults)."""
+    get = (lambda key: algorithm.get(key, None)) if algorithm is not None else (lambda key: None)
+    settings = {arg: _plain(get(key)) for key, arg in KEYS.items()}
+    objective = settings["objective"]
+    if isinstance(objective, list) and objective and all(isinstance(w, (int, float)) for w in objective):
+        settings["objective"] = ",".join(map(str, objective))  # [0,0,0.5,0.5] from Hydra: TRL's "0,0,0.5,0.5"
+    if isinstance(settings["estimator_kwargs"], str):
         try:
-            objective = tuple(float(w) for w in objective)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"algorithm.{OBJECTIVE_KEY} must be a preset string or a list of {k} numbers, got {objective!r}"
-            ) from None
-    return _cached_weights(objective, k).clone()
+            settings["estimator_kwargs"] = json.loads(settings["estimator_kwargs"])
+        except json.JSONDecodeError:
+            pass  # build_plan says what it must be
+    estimator = settings["estimator"]
+    settings["estimator"] = "ordergrad" if estimator is None else estimator
+    if isinstance(estimator, str):
+        settings["estimator"] = estimator.strip().lower()  # as OrderGradConfig does before planning
+    settings["scale"] = "none" if settings["scale"] is None else settings["scale"]
+    return {**settings, "reward_objectives": None}  # verl scores each rollout once: one reward function
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_weights(objective, k: int) -> torch.Tensor:
+@functools.lru_cache(maxsize=32)
+def _cached_plan(frozen: str, num_generations: int) -> ObjectivePlan:
+    return build_plan(**json.loads(frozen), num_generations=num_generations)
+
+
+def plan_from_config(algorithm, num_generations: int) -> ObjectivePlan:
+    """The `ObjectivePlan` of verl's `algorithm` config over groups of `num_generations` rollouts.
+
+    Raises:
+        ValueError: exactly `build_plan`'s message (the one `OrderGradConfig` raises for the same setting), with a
+            note mapping TRL's names to verl's keys.
+    """
+    settings = _settings(algorithm)
     try:
-        weights = rank_weights(objective if isinstance(objective, str) else list(objective), k)
+        frozen = json.dumps(settings, sort_keys=True)
+    except TypeError:  # not JSON-like: build_plan names the field and what it must be
+        return build_plan(**settings, num_generations=num_generations)
+    try:
+        return _cached_plan(frozen, num_generations)
     except ValueError as err:
-        raise ValueError(f"algorithm.{OBJECTIVE_KEY}={objective!r} with algorithm.{K_KEY}={k}: {err}") from None
-    if not weights.any():
-        raise ValueError(
-            f"algorithm.{OBJECTIVE_KEY}={objective!r} has all-zero weights at algorithm.{K_KEY}={k}: every advantage "
-            "would be 0; give at least one nonzero weight, or a preset"
-        )
-    return weights
+        if hasattr(err, "add_note"):  # Python 3.11+: shown with the traceback, not part of str(err)
+            err.add_note(_VERL_NOTE)
+        raise
+
+
+def _rollout_n(config):
+    """`actor_rollout_ref.rollout.n` of the full config: `config` is the full one, or its `algorithm` node, whose
+    parent verl's trainers keep (OmegaConf's relative select); None when neither reaches it."""
+    rollout = config.get("actor_rollout_ref", {}).get("rollout", {}) if isinstance(config, Mapping) else {}
+    n = rollout.get("n", None) if isinstance(rollout, Mapping) else None
+    if n is None and config is not None:
+        try:
+            from omegaconf import OmegaConf
+
+            n = OmegaConf.select(config, "..actor_rollout_ref.rollout.n", default=None)
+        except Exception:  # a dict or a detached config: no parent to look in
+            n = None
+    return n
 
 
 def check_config(config) -> None:
     """Start-up check of a composed verl config (the whole config, with `algorithm` and `actor_rollout_ref`).
 
-    With `algorithm.adv_estimator=ordergrad`: the objective and K must parse, and K must be smaller than
-    `actor_rollout_ref.rollout.n` (else every group gets advantage 0). With another estimator, `ordergrad_*` keys
-    would be ignored: that raises too, since the run would not train what its command line says."""
+    With `algorithm.adv_estimator=ordergrad`: builds the plan with `num_generations = actor_rollout_ref.rollout.n`
+    (every error `build_plan` raises for `OrderGradConfig`, with the same text), and refuses unknown
+    `algorithm.ordergrad_*` keys. With another estimator, `ordergrad_*` keys would be ignored: that raises too,
+    since the run would not train what its command line says."""
     algorithm = config.get("algorithm", None)
     if algorithm is None:
         return
     estimator = algorithm.get("adv_estimator", None)
     estimator = getattr(estimator, "value", estimator)  # verl's AdvantageEstimator enum
+    ours = [key for key in algorithm if str(key).startswith("ordergrad_")]
     if estimator != NAME:
-        stray = [key for key in (OBJECTIVE_KEY, K_KEY) if algorithm.get(key, None) is not None]
+        stray = [key for key in ours if algorithm.get(key, None) is not None]
         if stray:
             raise ValueError(
                 f"algorithm.{stray[0]} is set but algorithm.adv_estimator={estimator!r}: the OrderGrad keys only "
                 f"apply to algorithm.adv_estimator={NAME}"
             )
         return
-    k = len(weights_from_config(algorithm))
-    rollout = config.get("actor_rollout_ref", {}).get("rollout", {})
-    n = rollout.get("n", None) if rollout is not None else None
-    if isinstance(n, int) and n <= k:
-        raise ValueError(
-            f"actor_rollout_ref.rollout.n={n} rollouts per prompt, but algorithm.{K_KEY}={k}: the leave-one-out "
-            f"advantage needs n > K (every group would get advantage 0); raise rollout.n or lower algorithm.{K_KEY}"
-        )
+    unknown = [key for key in ours if key not in KEYS]
+    if unknown:
+        raise ValueError(f"algorithm.{unknown[0]} is not an OrderGrad key; valid keys: {', '.join(KEYS)}")
+    n = _rollout_n(config)
+    if isinstance(n, int) and not isinstance(n, bool):
+        plan_from_config(algorithm, n)
 
 
 def _group_ids(index, device: torch.device) -> torch.Tensor:
@@ -123,29 +173,45 @@ def _group_ids(index, device: torch.device) -> torch.Tensor:
     return torch.tensor([ids.setdefault(uid, len(ids)) for uid in uids], dtype=torch.long, device=device)
 
 
-def grouped_lstat_advantage(scores: torch.Tensor, group: torch.Tensor, weights: torch.Tensor):
-    """Leave-one-out advantages (not multiplied by K) of rows grouped by id, in any order and of any sizes.
+def grouped_advantages(scores: torch.Tensor, group: torch.Tensor, plan: ObjectivePlan, stage: int = 0):
+    """The plan's advantages of rows grouped by id, in any order and of any sizes, as the TRL trainer computes a
+    batch of groups: the estimator per group (one batched call per group size), then `scale_rewards`.
 
     Args:
-        scores: `(bs,)` one reward per row; NaN marks an unscorable row (see `lstat_advantage`).
+        scores: `(bs,)` float64, one reward per row; NaN marks an unscorable row.
         group: `(bs,)` int64 group id of each row, 0..G-1.
-        weights: `(K,)` ascending rank weights.
+        plan: the objective plan; `stage` indexes `plan.stages`.
 
     Returns:
-        `(advantages (bs,), sizes (G,))`; a group of N <= K rows gets advantage 0.
+        `(advantages (bs,), undefined_sizes)`: the group sizes where the estimator is undefined (their rows get 0).
     """
-    k = len(weights)
+    current = plan.stages[stage]
     sizes = torch.bincount(group)  # (G,)
     order = torch.argsort(group, stable=True)  # (bs,) rows of group 0, then group 1, ...
     starts = torch.cumsum(sizes, 0) - sizes  # (G,) where each group begins in `order`
     adv = torch.zeros_like(scores)
-    for n in sizes.unique().tolist():  # one batched call per distinct group size
-        if n <= k:
-            continue
+    undefined = []
+    for n in sizes.unique().tolist():  # one batched call per distinct group size, as TRL's (G, N) view
         groups = torch.nonzero(sizes == n).flatten()  # (G_n,)
         rows = order[starts[groups, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
-        adv[rows] = lstat_advantage(scores[rows], weights)  # (G_n, n)
-    return adv, sizes
+        if not plan.is_defined(current, n):
+            undefined.append(n)
+            continue
+        block = plan.advantages(scores[rows], current)  # (G_n, n)
+        if plan.scale == "group":
+            block = scale_advantages(block, scores[rows], "group")
+        adv[rows] = block
+    if plan.scale == "batch":  # one std over every reward of the batch, as TRL's "batch"
+        adv = scale_advantages(adv, scores, "batch")
+    return torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0), undefined
+
+
+def _stage_index(plan: ObjectivePlan) -> int:
+    if not plan.scheduled:
+        return 0
+    from verl.utils.skip.skip_manager import SkipManager  # the trainers' global step, 1 at the first step
+
+    return plan.stage_index(max(int(SkipManager.step) - 1, 0))
 
 
 def compute_ordergrad_advantage(
@@ -155,34 +221,37 @@ def compute_ordergrad_advantage(
     index=None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl advantage estimator `ordergrad`: `K * lstat_advantage` per `uid` group of outcome scores.
+    """verl advantage estimator `ordergrad`: the planned estimator per `uid` group of outcome scores.
 
     Args:
         token_level_rewards: `(bs, L)`; a row's score is its sum.
         response_mask: `(bs, L)` 1 on response tokens.
-        config: verl's `algorithm` config (`ordergrad_objective`, `ordergrad_k`).
+        config: verl's `algorithm` config (the `ordergrad_*` keys of `KEYS`).
         index: `(bs,)` uid of each row (numpy object array or sequence).
 
     Returns:
         `(advantages, returns)`, both `(bs, L)` and equal, in the rewards' dtype (computed in float64).
     """
-    global _warned_small_groups
+    global _warned_undefined
     if index is None:
         raise ValueError(f"adv_estimator={NAME} needs the rows' uid (verl passes data.non_tensor_batch['uid'])")
-    weights = weights_from_config(config)
-    k = len(weights)
     scores = token_level_rewards.to(torch.float64).sum(-1)  # (bs,)
-    adv, sizes = grouped_lstat_advantage(scores, _group_ids(index, scores.device), weights)  # (bs,), (G,)
-    small = int((sizes <= k).sum())
-    if small and not _warned_small_groups:
-        _warned_small_groups = True
+    group = _group_ids(index, scores.device)  # (bs,)
+    n = _rollout_n(config)
+    if not isinstance(n, int) or isinstance(n, bool):  # a detached config: the largest group stands in for it
+        n = int(torch.bincount(group).max())
+    plan = plan_from_config(config, n)
+    stage = _stage_index(plan)
+    adv, undefined = grouped_advantages(scores, group, plan, stage)  # (bs,)
+    if undefined and not _warned_undefined:
+        _warned_undefined = True
         logger.warning(
-            "ordergrad: %d of %d groups have N <= K=%d rollouts (sizes %s) and get advantage 0: the leave-one-out "
-            "advantage needs more than K rollouts per prompt. Raise actor_rollout_ref.rollout.n or lower "
-            "algorithm.%s. (Warned once per process.)",
-            small, len(sizes), k, sorted(set(sizes[sizes <= k].tolist())), K_KEY,
-        )
-    advantages = (k * adv).to(token_level_rewards.dtype)[:, None] * response_mask  # (bs, L)
+            "ordergrad: estimator %r is undefined for groups of %s rollouts (objective %s over K=%d) and gives them "
+            "advantage 0; e.g. ordergrad needs more than K rollouts per prompt. Raise actor_rollout_ref.rollout.n "
+            "or lower algorithm.ordergrad_k. (Warned once per process.)",
+            plan.estimator, sorted(undefined), plan.stages[stage].objective, plan.stages[stage].k,
+        )  # fmt: skip
+    advantages = adv.to(token_level_rewards.dtype)[:, None] * response_mask  # (bs, L)
     return advantages, advantages
 
 

@@ -15,6 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOConfig
 
+from ..core.estimators import estimator_help
 from ..core.objectives import VALID_OBJECTIVES
 from ..core.plan import DEFAULT_K, DEFAULT_OBJECTIVE, ObjectivePlan, build_plan, warn_about_eval_groups
 from ..core.schedule import ObjectiveStage
@@ -83,14 +84,11 @@ class OrderGradConfig(GRPOConfig):
         > Parameters that choose the advantage estimator, a schedule, or one objective per reward function
 
         ordergrad_estimator (`str`, *optional*, defaults to `"ordergrad"`):
-            Group advantage estimator, a name from [`~ordergrad_trl.core.estimators.ESTIMATORS`] (formulas, papers,
-            bias and centering in `ordergrad_trl.core.estimators`): `"ordergrad"` (unbiased for any objective, centered),
-            `"grpo"` (TRL's; biased unless `scale_rewards="none"`, centered), `"rloo"` (unbiased for the mean,
-            centered), `"maxk_tang"` (unbiased for max@K, not centered), `"passk_chen"` (biased, centered, 0/1
-            rewards only), `"pkpo"` (unbiased for max@K, not centered), `"rs_grpo"` (biased, centered). Estimators
-            that take `k` get `ordergrad_k` (or the schedule's K), `"ordergrad"` gets `ordergrad_objective`, and
-            `"grpo"` centers the rewards (the trainer applies `scale_rewards` after every estimator; set
-            `scale_rewards="group"` for TRL's default GRPO). `ordergrad/objective` is always the estimate of
+            Group advantage estimator, a name registered in [`~ordergrad_trl.core.estimators.ESTIMATORS`] (the
+            field's help lists them; formulas, papers, bias and centering in docs/estimators.md). Estimators that
+            take `k` get `ordergrad_k` (or the schedule's K), those that take an objective get
+            `ordergrad_objective`, and `"grpo"` centers the rewards (the trainer applies `scale_rewards` after every
+            estimator; set `scale_rewards="group"` for TRL's default GRPO). `ordergrad/objective` is always the estimate of
             J for `ordergrad_objective` over `ordergrad_k` (or the schedule's current ones), whichever estimator
             trains, so that runs with different estimators can be compared on one objective.
         ordergrad_estimator_kwargs (`dict` or `str`, *optional*):
@@ -177,9 +175,8 @@ class OrderGradConfig(GRPOConfig):
     ordergrad_estimator: str = field(
         default="ordergrad",
         metadata={
-            "help": "Group advantage estimator: ordergrad (default; unbiased for any objective), grpo (TRL's; its "
-            "scale is scale_rewards), rloo, maxk_tang, passk_chen, pkpo, rs_grpo. k comes from ordergrad_k, the "
-            "objective (ordergrad only) from ordergrad_objective."
+            "help": f"Group advantage estimator (case-insensitive): {estimator_help()}. Those that take k get "
+            "ordergrad_k, those that take an objective ordergrad_objective; scale_rewards applies after any of them."
         },
     )
     ordergrad_estimator_kwargs: dict[str, Any] | str | None = field(

@@ -1,0 +1,207 @@
+"""The one estimator registry: `@register_estimator(name, ...)` at each definition; every list is derived from it.
+
+An estimator is a function `fn(rewards (..., N), *, params...) -> advantages (..., N)`. Registering it records its
+keyword parameters and defaults (read from its signature), which of them the shared `EstimatorContext` fills
+(`objective`, `k`), and the facts the docs table and the config help show (formula, what it is unbiased for,
+centering, rewards it accepts, source). The config's `ordergrad_estimator` help, docs/estimators.md's table
+(`estimator_table()`), the plan's checks, the verl adapter and the tests all iterate `ESTIMATORS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from ..advantage import _float64_device, _out_dtype
+
+__all__ = [
+    "ESTIMATORS",
+    "Estimator",
+    "EstimatorContext",
+    "bind_estimator",
+    "estimator_help",
+    "estimator_params",
+    "estimator_table",
+    "get_estimator",
+    "register_estimator",
+]
+
+CONTEXT_PARAMS = ("objective", "k")  # keyword parameters the shared context fills, in this order
+
+
+@dataclass(frozen=True)
+class EstimatorContext:
+    """Everything an estimator is called with besides the rewards: one signature for all of them."""
+
+    objective: str = "TopM:2"  # the L-statistic objective (read by the estimators that take `objective`)
+    k: int = 4  # K, the rollouts the objective is defined over (read by those that take `k`)
+    options: Mapping[str, Any] = field(default_factory=dict)  # the estimator's own, e.g. {"beta": 2.0}
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator: its function, keyword parameters with defaults, which of them the context fills
+    (`reads`), and what the docs table says about it."""
+
+    name: str
+    fn: Callable[..., torch.Tensor]
+    params: Mapping[str, Any]
+    reads: tuple[str, ...]
+    advantage: str  # A_i for a group of n valid rewards, as the docs table shows it
+    unbiased_for: str  # the gradient it estimates without bias ("nothing (...)" for a biased one)
+    centered: str  # "exactly" or "no (>= 0)", ...
+    binary: bool  # True: rewards must be 0/1 (NaN allowed); others are refused by name
+    source: str  # paper(s)
+    summary: str  # a few words for the config help
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Its own parameters (not filled by the context), with defaults."""
+        return {name: value for name, value in self.params.items() if name not in self.reads}
+
+    def __call__(self, rewards: torch.Tensor, context: EstimatorContext | None = None, **params) -> torch.Tensor:
+        """`(..., N)` rewards -> `(..., N)` advantages: with a context (how trainers call every estimator alike), or
+        with keyword parameters as the function itself takes them."""
+        if context is None:
+            return self.fn(rewards, **params)
+        if params:
+            raise TypeError(f"{self.name}: pass either a context or keyword parameters, not both")
+        return self.fn(rewards, **{name: getattr(context, name) for name in self.reads}, **context.options)
+
+
+_REGISTRY: dict[str, Estimator] = {}
+ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)  # name -> Estimator, in registration order
+
+
+def register_estimator(
+    name: str,
+    *,
+    advantage: str = "",
+    unbiased_for: str = "",
+    centered: str = "",
+    source: str = "",
+    summary: str = "",
+    binary: bool = False,
+) -> Callable[[Callable], Callable]:
+    """Decorator registering `fn` under `name` (lower case); a name registered by another function raises.
+
+    The keyword facts fill the docs table and the config help (the package's own estimators give them all, which
+    tests/test_estimators_contract.py checks); `binary=True` marks an estimator that refuses rewards other than 0/1.
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"estimator names are lower-case identifiers, got {name!r}")
+
+    def register(fn: Callable) -> Callable:
+        taken = _REGISTRY.get(name)
+        if taken is not None and (taken.fn.__module__, taken.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(
+                f"estimator name {name!r} is already registered by {taken.fn.__module__}.{taken.fn.__qualname__}; "
+                f"{fn.__module__}.{fn.__qualname__} needs another name"
+            )
+        signature = inspect.signature(fn)
+        params = {p.name: p.default for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
+        if any(value is inspect.Parameter.empty for value in params.values()):
+            raise ValueError(f"estimator {name!r}: every keyword-only parameter needs a default")
+        reads = tuple(p for p in CONTEXT_PARAMS if p in params)
+        _REGISTRY[name] = Estimator(name, fn, MappingProxyType(params), reads, advantage, unbiased_for, centered,
+                                    binary, source, summary)  # fmt: skip
+        return fn
+
+    return register
+
+
+def get_estimator(name: str) -> Callable[..., torch.Tensor]:
+    """The function registered under `name` (case-insensitive); `ValueError` listing the valid names otherwise."""
+    return _lookup(name).fn
+
+
+def _lookup(name: str) -> Estimator:
+    key = name.strip().lower() if isinstance(name, str) else None
+    if key not in _REGISTRY:
+        raise ValueError(f"Unknown advantage estimator {name!r}; valid names: {', '.join(_REGISTRY)}")
+    return _REGISTRY[key]
+
+
+def estimator_params(name: str) -> dict[str, object]:
+    """The keyword parameters of estimator `name` and their defaults."""
+    return dict(_lookup(name).params)
+
+
+def bind_estimator(name: str, *, num_generations: int | None = None, **params) -> Callable[..., torch.Tensor]:
+    """`rewards (G, N) -> advantages (G, N)` with `params` fixed, checked now rather than at the first batch.
+
+    Args:
+        name: a key of `ESTIMATORS`.
+        num_generations: the group size N, if known: the estimator is then run once on a zero group of that size,
+            so that a bad parameter or an N that does not fit (e.g. `ordergrad` with N <= K) raises here.
+        **params: the estimator's keyword parameters (see `estimator_params(name)`); unknown names raise.
+
+    Raises:
+        ValueError: unknown estimator or parameter name, or a bad parameter value.
+    """
+    spec = _lookup(name)
+    unknown = sorted(set(params) - set(spec.params))
+    if unknown:
+        raise ValueError(
+            f"Estimator {spec.name!r} takes no parameter(s) {unknown}; it accepts: {', '.join(spec.params) or 'none'}"
+        )
+    bound = functools.partial(spec.fn, **params)
+    if num_generations is not None:
+        bound(torch.zeros(1, num_generations, dtype=torch.float64))
+    return bound
+
+
+def estimator_help() -> str:
+    """The names and summaries for `OrderGradConfig.ordergrad_estimator`'s help."""
+    return "; ".join(f"{e.name} ({e.summary})" for e in _REGISTRY.values())
+
+
+def estimator_table() -> str:
+    """The markdown table of docs/estimators.md, one row per registered estimator."""
+    rows = ["| name | advantage A_i (group of n valid rewards) | unbiased for | centered | rewards | source |",
+            "|---|---|---|---|---|---|"]  # fmt: skip
+    for e in _REGISTRY.values():
+        params = ", ".join(f"{p}={v!r}" for p, v in e.params.items())
+        name = f"`{e.name}`" + (f" ({params})" if params else "")
+        rows.append(f"| {name} | {e.advantage} | {e.unbiased_for} | {e.centered} | {'0/1' if e.binary else 'any'} "
+                    f"| {e.source} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+# ------------------------------------------------------------------------ helpers every definition shares
+
+
+def prepare(rewards, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 `(..., N)` copy of the rewards, and an empty tensor with the device and dtype to return (for
+    `.to(out.dtype).to(out.device)`, cast first: MPS cannot hold float64); raises on a scalar or +-inf."""
+    if not isinstance(rewards, torch.Tensor):
+        rewards = torch.as_tensor(rewards)
+    if rewards.dim() == 0:
+        raise ValueError(f"{name}: rewards must have shape (G, N) with each group on the last axis, got a scalar")
+    if rewards.is_complex() or rewards.dtype == torch.bool:
+        raise ValueError(f"{name}: rewards must be real numbers, got dtype {rewards.dtype}")
+    out = torch.empty(0, dtype=_out_dtype(rewards), device=rewards.device)
+    r = rewards.to(_float64_device(rewards)).to(torch.float64)
+    if bool(torch.isinf(r).any()):
+        raise ValueError(f"{name}: rewards of shape {tuple(r.shape)} contain +-inf; use NaN to mark unscorable")
+    return r, out
+
+
+def check_k(k, name: str, minimum: int = 1) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < minimum:
+        raise ValueError(f"{name}: k must be an integer >= {minimum}, got {k!r}")
+    return k
+
+
+def check_binary(r: torch.Tensor, name: str, instead: str) -> None:
+    """Refuse rewards other than 0, 1 and NaN, naming the estimator and what to use `instead`."""
+    valid = ~torch.isnan(r)
+    if not bool(((r[valid] == 0) | (r[valid] == 1)).all()):
+        raise ValueError(f"{name}: rewards must be binary (0 or 1, NaN for unscorable); {instead}")
