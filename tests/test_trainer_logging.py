@@ -210,3 +210,49 @@ def test_advantage_stage_runs_inside_trl_profiling_context(tiny_model, tiny_toke
                   processing_class=tiny_tokenizer)  # fmt: skip
     trainer.train()
     assert seen == [["ordergrad_advantages"]]
+
+
+# ----------------------------------------------------------------------------------------------- two processes
+
+
+def test_two_processes_log_the_same_brute_force_values(tiny_model_dir, tmp_path):
+    """torchrun, 2 ranks (tests/dist_worker.py binary): 2 steps in one logging window, then evaluate(); groups
+    straddle the ranks. Every rank logs the brute force of the gathered rewards recorded by both ranks."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_trainer import combine
+
+    out = tmp_path / "dist"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += [str(Path(__file__).resolve().parent / "dist_worker.py"), str(tiny_model_dir), str(out), "binary"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    group_size, weights = ranks[0]["config"]["num_generations"], ranks[0]["config"]["reward_weights"]
+
+    def groups(step):  # the gathered batch: rank 0's rows, then rank 1's; each prompt's rollouts contiguous
+        calls = [r["calls"][step] for r in ranks]
+        prompts = sum((c["prompts"] for c in calls), [])
+        rewards = [combine(f, weights) for c in calls for f in c["rewards"]]
+        n_local = len(calls[0]["prompts"])
+        starts = range(0, len(prompts), group_size)
+        assert all(len(set(prompts[s : s + group_size])) == 1 for s in starts)
+        assert any(s < n_local < s + group_size for s in starts), "no group straddles the two ranks"
+        return [rewards[s : s + group_size] for s in starts]
+
+    assert [len(r["calls"]) for r in ranks] == [3, 3]  # 2 training steps, 1 evaluation batch
+    train, evaluation = groups(0) + groups(1), groups(2)
+    assert any(any(math.isnan(x) for x in g) for g in train + evaluation) and len(evaluation) == 3
+    for rank in ranks:
+        history = rank["log_history"]
+        (entry,) = [h for h in history if "ordergrad/adv_abs_mean" in h]  # one window for both steps
+        (eval_entry,) = [h for h in history if "eval_ordergrad/adv_abs_mean" in h]
+        expected = expected_metrics(train, [1, 2, 4])
+        assert "ordergrad/pass@4" in expected and logged_passk(entry) == pytest.approx(expected, abs=1e-6)
+        expected = expected_metrics(evaluation, [1, 2, 4], prefix="eval_")
+        assert "eval_ordergrad/pass^2" in expected and logged_passk(eval_entry) == pytest.approx(expected, abs=1e-6)
