@@ -330,6 +330,7 @@ class OrderGradConfig(GRPOConfig):
                 raise ValueError(f"reward_weights are all zero ({weights!r}): every advantage would be 0.")
 
     def _check_log_ks(self):
+        """A k that no group can give fails here, rather than never being logged."""
         ks, largest = self.ordergrad_log_ks, max(self.num_generations, self.num_generations_eval or 0)
         if ks is None:
             return

@@ -99,7 +99,7 @@ def _resolve(dotted: str):
     return obj
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _source(obj) -> str | None:
     try:
         return inspect.getsource(obj)
@@ -116,7 +116,7 @@ def seam_problem(seam: Seam) -> str | None:
     if seam.source_of is not None:  # an instance attribute, assigned in a method
         method = getattr(owner, seam.source_of.rpartition(".")[2], None)
         src = _source(method) if method is not None else ""
-        if src is not None and not re.search(seam.pattern, src, re.S):
+        if src is not None and not re.search(seam.pattern, src, re.DOTALL):
             return f"trl.{seam.label}: trl.{seam.source_of} no longer assigns it"
         return None
     if seam.help_of:  # a text seam: a config field's help sentence
@@ -133,7 +133,7 @@ def seam_problem(seam: Seam) -> str | None:
             return f"trl.{seam.label}: now takes {found}, expected {seam.params}"
     if seam.pattern is not None:
         src = _source(target)
-        if src is not None and not re.search(seam.pattern, src, re.S):
+        if src is not None and not re.search(seam.pattern, src, re.DOTALL):
             return f"trl.{seam.label}: its source no longer matches {seam.pattern!r}"
     return None
 
