@@ -1,6 +1,6 @@
 """torchrun worker for tests/test_trainer.py::test_two_processes_each_rank_gets_its_slice.
 
-Usage: torchrun --standalone --nproc_per_node 2 tests/dist_worker.py MODEL_DIR OUT_DIR
+Usage: torchrun --standalone --nproc_per_node 2 tests/dist_worker.py MODEL_DIR OUT_DIR [binary]
 
 Trains OrderGradTrainer for 2 steps on CPU (gloo) with 6 rollouts per process and groups of 4, so the second
 group of every generation batch is split between the processes. Each rank writes OUT_DIR/rank{r}.json with,
@@ -55,8 +55,12 @@ class Recorder(OrderGradTrainer):
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
-def main(model_dir: str, out_dir: str) -> weakref.ref:
+def main(model_dir: str, out_dir: str, mode: str = "") -> weakref.ref:
     trainer = None
+    # "binary" (tests/test_trainer_logging.py): 0/1 rewards, both steps in one logging window, then an evaluate()
+    binary = mode == "binary"
+    reward_weights = [1.0, 0.0] if binary else REWARD_WEIGHTS
+    extra = dict(logging_steps=2, num_generations_eval=GROUP, per_device_eval_batch_size=6) if binary else {}
 
     def record(index, values):
         for row, value in zip(trainer._pending["rewards"], values):
@@ -75,11 +79,11 @@ def main(model_dir: str, out_dir: str) -> weakref.ref:
         num_generations=GROUP,
         ordergrad_k=K,
         ordergrad_objective=",".join(map(str, WEIGHTS)),
-        reward_weights=REWARD_WEIGHTS,
+        reward_weights=reward_weights,
         max_completion_length=6,
         max_steps=2,
         learning_rate=0.1,
-        **CPU_TRAINING_ARGS,
+        **dict(CPU_TRAINING_ARGS, **extra),
     )
     dataset = Dataset.from_dict({"prompt": [f"Question {i}: what is {i} plus {i + 1}?" for i in range(12)]})
     trainer = Recorder(
@@ -87,14 +91,18 @@ def main(model_dir: str, out_dir: str) -> weakref.ref:
         reward_funcs=[correct, fmt],
         args=args,
         train_dataset=dataset,
+        eval_dataset=Dataset.from_dict({"prompt": [f"Question {i}: what is {i} minus 1?" for i in range(3)]})
+        if binary else None,
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
     assert trainer.accelerator.num_processes == 2, "run me with torchrun --nproc_per_node 2"
     trainer.train()
+    if binary:
+        trainer.evaluate()  # 3 prompts x 4 rollouts in one batch of 6 per process: the second group straddles
 
     result = {
         "rank": trainer.accelerator.process_index,
-        "config": {"num_generations": GROUP, "weights": WEIGHTS, "reward_weights": REWARD_WEIGHTS},
+        "config": {"num_generations": GROUP, "weights": WEIGHTS, "reward_weights": reward_weights},
         "calls": trainer.calls,
         "loss_rows": trainer.loss_rows,
         "log_history": trainer.state.log_history,
@@ -106,7 +114,7 @@ def main(model_dir: str, out_dir: str) -> weakref.ref:
 
 
 if __name__ == "__main__":
-    ddp = main(*sys.argv[1:3])
+    ddp = main(*sys.argv[1:4])
     # As the recipe does: free the DDP wrapper (it holds the gloo group) while the interpreter is alive; left to
     # teardown, gloo's threads can abort a rank after a good run.
     gc.collect()

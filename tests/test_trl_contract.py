@@ -1,6 +1,10 @@
 """The TRL internals OrderGradTrainer relies on. When TRL changes them, these fail loudly (and first).
 
-OrderGradTrainer touches two private GRPOTrainer methods (see ordergrad_trl/trainer.py):
+Every TRL internal the package uses is a `Seam` of `ordergrad_trl/training/trl_private.py`, checked at import; the
+tests below iterate that list (each holds, each one broken fails the check naming it, a renamed method fails the
+real import) and check the behaviour behind the main ones.
+
+OrderGradTrainer touches two private GRPOTrainer methods (see ordergrad_trl/training/trainer.py):
 - `_calculate_rewards(inputs, prompts, completions, completion_ids_list)` returns the rewards of ALL processes,
   `(N_global, num_funcs)`, None -> NaN, each prompt's group contiguous;
 - `_generate_and_score_completions(inputs)` calls it once and returns a dict whose `"advantages"` is this
@@ -27,7 +31,7 @@ from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
-from ordergrad_trl.training.trainer import TESTED_TRL_VERSIONS
+from ordergrad_trl.training.trl_private import SEAMS, TESTED_TRL_VERSIONS, check_seams, seam_problem
 
 G = 4
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -182,3 +186,73 @@ def test_loss_gradient_is_plain_reinforce(tiny_model, tiny_tokenizer, cpu_traini
     assert any(g.abs().max() > 0 for g in reinforce.values())
     for name, g in reinforce.items():
         torch.testing.assert_close(trl_grads[name], g, rtol=1e-4, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+
+# ----------------------------------------------------------------------------------------------- the fence
+
+
+@pytest.mark.parametrize("seam", SEAMS, ids=lambda s: s.label)
+def test_every_fenced_seam_holds(seam):
+    assert seam_problem(seam) is None
+
+
+def _break(seam, monkeypatch):
+    """Simulate a TRL release that renamed (or reworded) `seam`."""
+    from copy import copy
+    from types import MappingProxyType
+
+    from ordergrad_trl.training import trl_private
+
+    owner = trl_private._resolve(seam.owner)
+    if seam.source_of is not None:  # the method no longer assigns the attribute
+        monkeypatch.setattr(owner, seam.source_of.rpartition(".")[2], lambda self, *a, **k: None)
+    elif seam.help_of:
+        field = owner.__dataclass_fields__[seam.name]
+        monkeypatch.setitem(owner.__dataclass_fields__, seam.name, copy(field))
+        owner.__dataclass_fields__[seam.name].metadata = MappingProxyType({"help": "Accepted: 'grpo' or 'dapo'"})
+    else:  # renamed: gone from the owner and all its bases
+        for cls in getattr(owner, "__mro__", [owner]):
+            if seam.name in vars(cls):
+                monkeypatch.delattr(cls, seam.name)
+
+
+@pytest.mark.parametrize("seam", SEAMS, ids=lambda s: s.label)
+def test_a_broken_seam_fails_the_check_naming_it(seam, monkeypatch):
+    _break(seam, monkeypatch)
+    with pytest.raises(ImportError, match=re.escape(f"trl.{seam.label}:")):
+        check_seams()
+
+
+def test_renamed_private_method_fails_the_import_naming_it(tmp_path):
+    """As if TRL renamed `_generate_and_score_completions`: importing the trainer fails, naming it, and no GRPO
+    training can start (a fresh interpreter, so the real import path runs)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from trl import GRPOTrainer\n"
+        "GRPOTrainer._generate_and_score_completions_v2 = GRPOTrainer._generate_and_score_completions\n"
+        "del GRPOTrainer._generate_and_score_completions\n"
+        "from ordergrad_trl import OrderGradTrainer\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError:") and "trl.GRPOTrainer._generate_and_score_completions:" in last, last
+    assert "silently be GRPO" in last
+
+
+def test_log_averages_each_metric_list_over_the_window(tiny_model, tiny_tokenizer, cpu_training_args):
+    """The logging-window semantics the trainer's metrics rely on: each `_metrics[mode]` list is averaged (NaN left
+    out), eval keys get `eval_`, and the lists are cleared after logging."""
+    args = GRPOConfig(**cpu_training_args, per_device_train_batch_size=G, num_generations=G)
+    trainer = GRPOTrainer(model=tiny_model, reward_funcs=_reward, args=args, train_dataset=_dataset(),
+                          processing_class=tiny_tokenizer)  # fmt: skip
+    for training, prefix in ((True, ""), (False, "eval_")):
+        trainer.model.train(training)
+        mode = "train" if training else "eval"
+        trainer._metrics[mode]["x/pass@2"].extend([1.0, 0.0, math.nan, 0.5])
+        trainer.log({})
+        assert trainer.state.log_history[-1][f"{prefix}x/pass@2"] == pytest.approx(0.5)
+        assert not trainer._metrics[mode]

@@ -19,6 +19,8 @@ from ..core.estimators import estimator_help
 from ..core.objectives import VALID_OBJECTIVES
 from ..core.plan import DEFAULT_K, DEFAULT_OBJECTIVE, ObjectivePlan, build_plan, warn_about_eval_groups
 from ..core.schedule import ObjectiveStage
+from .passk import default_log_ks
+from .trl_private import LOSS_TYPE_HELP
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ def trl_loss_types() -> tuple[str, ...]:
     """The `loss_type` values this TRL supports, read from its field help ("Supported values are 'grpo', ...");
     empty when the help no longer says (then TRL checks the value itself, at the first step)."""
     help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata.get("help", "")
-    match = re.search(r"Supported values are (.*?)\.", help_text)
+    match = re.search(LOSS_TYPE_HELP, help_text)
     return tuple(re.findall(r"'(\w+)'", match.group(1))) if match else ()
 
 
@@ -115,6 +117,16 @@ class OrderGradConfig(GRPOConfig):
             then unused. Logs `ordergrad/objective/<reward function name>` (J_f, unweighted) and
             `ordergrad/objective` (sum_f reward_weight_f * J_f).
 
+        > Parameters that control logging
+
+        ordergrad_log_ks (`list[int]`, *optional*):
+            The k of the logged `ordergrad/pass@k` and `ordergrad/pass^k`: unbiased, from each group's rewards (the
+            weighted sum of the reward functions), averaged over the groups of the logging window; named
+            `ordergrad/max@k` / `ordergrad/min@k` (the expected best / worst of k rewards) when the batch's rewards
+            are not all 0/1. If `None` (default), the powers of two up to the group size: `num_generations` in
+            training, `num_generations_eval` in evaluation. A k larger than a mode's group size is skipped there; a
+            k larger than both is refused. `[]` logs none.
+
     > [!NOTE]
     > These parameters have default values different from [`~trl.GRPOConfig`], chosen so that on-policy the
     > gradient of the loss is the unbiased estimate -(1/N) sum_i A_i grad log pi(o_i) of -grad J, up to a constant:
@@ -153,7 +165,7 @@ class OrderGradConfig(GRPOConfig):
     > rollout's reward depends on its group mates and no longer has an unbiased order-statistic estimate.
     """
 
-    # JSON strings from the command line are parsed into dicts by TrainingArguments.__post_init__
+    # JSON strings from the command line are parsed into dicts by TrainingArguments.__post_init__ (fenced: trl_private)
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["ordergrad_estimator_kwargs"]
 
     ordergrad_objective: str | None = field(
@@ -199,6 +211,15 @@ class OrderGradConfig(GRPOConfig):
         metadata={
             "help": "One objective per reward function, 'OBJECTIVE' or 'OBJECTIVE@K' (K defaults to ordergrad_k), "
             "e.g. 'TopM:2@4' 'Mean'. J = sum_f reward_weight_f * J_f; ordergrad estimator only."
+        },
+    )
+
+    ordergrad_log_ks: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "k of the logged ordergrad/pass@k and ordergrad/pass^k (max@k / min@k when rewards are not 0/1), "
+            "e.g. 1 4 8. If unset, the powers of two up to the group size (num_generations in training, "
+            "num_generations_eval in evaluation). Each k at most num_generations or num_generations_eval."
         },
     )
 
@@ -273,6 +294,7 @@ class OrderGradConfig(GRPOConfig):
                 if getattr(self, name) is not None:
                     logger.warning("%s=%r is ignored: %s sets it.", name, getattr(self, name), by)
         warn_about_eval_groups(self.ordergrad_plan, self.num_generations_eval)
+        self._check_log_ks()
 
     def _check_fields_trl_reads(self):
         """Fields TRL's `__post_init__` would fail on without naming them (a division by zero, a bare JSON error)."""
@@ -303,6 +325,27 @@ class OrderGradConfig(GRPOConfig):
                 raise ValueError(f"reward_weights must be finite numbers, one per reward function, got {weights!r}.")
             if not any(weights):
                 raise ValueError(f"reward_weights are all zero ({weights!r}): every advantage would be 0.")
+
+    def _check_log_ks(self):
+        """A k that no group can give fails here, rather than never being logged."""
+        ks, largest = self.ordergrad_log_ks, max(self.num_generations, self.num_generations_eval or 0)
+        if ks is None:
+            return
+        if isinstance(ks, (str, int)) or not all(isinstance(k, int) and not isinstance(k, bool) for k in ks):
+            raise ValueError(f"ordergrad_log_ks must be a list of integers k >= 1, e.g. [1, 4, 8], got {ks!r}.")
+        bad = [k for k in ks if not 1 <= k <= largest]
+        if bad:
+            raise ValueError(
+                f"ordergrad_log_ks: k={bad[0]} is outside 1..{largest} (the largest group: num_generations="
+                f"{self.num_generations}, num_generations_eval={self.num_generations_eval}); pass@k needs k "
+                "rollouts of the same prompt."
+            )
+
+    def ordergrad_ks(self, group_size: int) -> list[int]:
+        """The k of the pass@k metrics logged for groups of `group_size` rollouts (ascending, each <= group_size)."""
+        if self.ordergrad_log_ks is None:
+            return default_log_ks(group_size)
+        return sorted(k for k in set(self.ordergrad_log_ks) if k <= group_size)
 
     # ------------------------------------------------------------------------------------------ looked up in the plan
 

@@ -4,7 +4,8 @@ TRL computes GRPO advantages inline in the private `_generate_and_score_completi
 it, we let it run and then replace its result: `_calculate_rewards` is wrapped only to keep the rewards it returns
 (already gathered from all processes), and after the parent returns we recompute the advantages on those rewards
 and overwrite this process's slice of `output["advantages"]` and the completions-table log. These two private
-methods are the only seams; `tests/test_trl_contract.py` checks their behaviour for the pinned TRL range.
+methods are the main seams; every TRL internal used is named and checked at import in `trl_private.py`, and
+`tests/test_trl_contract.py` checks their behaviour for the pinned TRL range.
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ import warnings
 
 import torch
 import trl
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOTrainer
+from trl.extras.profiling import profiling_context
 
 from ..core.advantage import _float64_device, lstat_value
 from ..core.estimators import scale_advantages
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
+from .passk import group_passk
+from .trl_private import TESTED_TRL_VERSIONS, check_instance
 
 logger = logging.getLogger(__name__)
-
-# The TRL releases whose private `_calculate_rewards` / `_generate_and_score_completions` contract was tested
-# (keep in sync with pyproject.toml and tests/test_trl_contract.py).
-TESTED_TRL_VERSIONS = SpecifierSet(">=1.16.0,<1.17")
 
 if Version(trl.__version__) not in TESTED_TRL_VERSIONS:
     warnings.warn(
@@ -69,6 +68,11 @@ class OrderGradTrainer(GRPOTrainer):
       (only with a schedule). Like all TRL metrics, averaged over the `logging_steps` window.
     - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal).
     - `ordergrad/adv_abs_mean`: mean absolute advantage over all rollouts.
+    - `ordergrad/pass@k`, `ordergrad/pass^k` for each k of `ordergrad_log_ks` up to the group size: the unbiased
+      estimates 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) from each group's n scorable 0/1 rewards (c of them 1), the
+      mean over the groups of the logging window with at least k scorable rollouts (`ordergrad_trl.training.passk`).
+      Rewards that are not all 0/1 give `ordergrad/max@k`, `ordergrad/min@k` instead: the expected best / worst of
+      k rewards (ReMax / ReMin `lstat_value`).
 
     The completions table (`log_completions=True`) shows these advantages, not GRPO's.
 
@@ -130,6 +134,7 @@ class OrderGradTrainer(GRPOTrainer):
             args = copy.copy(args)
             args.importance_sampling_level = args.resolved_importance_sampling_level()
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        check_instance(self)  # the private instance attributes the trainer reads (trl_private.SEAMS)
         self.ordergrad_plan: ObjectivePlan = args.ordergrad_plan  # what trains; built and checked with the config
         per_reward = self.ordergrad_plan.per_reward
         # after super().__init__: environments may have added reward functions
@@ -245,7 +250,8 @@ class OrderGradTrainer(GRPOTrainer):
 
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        advantages = self._ordergrad_advantages(rewards_per_func, group_size, mode)  # (N_global,)
+        with profiling_context(self, "ordergrad_advantages"):  # TRL's profiling/ timing, as for its own stages
+            advantages = self._ordergrad_advantages(rewards_per_func, group_size, mode)  # (N_global,)
 
         # The same local slice TRL takes: process p holds rows [p * n_local, (p + 1) * n_local) of the gathered batch.
         n_local = len(inputs)
@@ -303,6 +309,11 @@ class OrderGradTrainer(GRPOTrainer):
                 metrics["ordergrad/schedule_stage"].append(float(self.ordergrad_stage))
         metrics["ordergrad/frac_zero_adv_groups"].append((advantages == 0).all(dim=1).float().mean().item())
         metrics["ordergrad/adv_abs_mean"].append(advantages.abs().mean().item())
+        # One entry per group, so that TRL's mean of each list over the logging window (or a whole evaluate(), whose
+        # batches can differ in size) is the mean over its groups; the gathered rewards make it the same everywhere.
+        for name, values in group_passk(grouped, self.args.ordergrad_ks(group_size)).items():
+            if values.numel():  # an empty list would make TRL log None for the window
+                metrics[name].extend(values.tolist())
         return advantages.reshape(-1)
 
     def _log_objective_per_reward(self, per_func: torch.Tensor, metrics) -> None:
