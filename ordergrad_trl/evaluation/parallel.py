@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import records
+from .lock import lock_fd
 from .sampling import Work, generate_local
 
 __all__ = ["launch_workers", "run_worker"]
@@ -51,8 +52,9 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
             env["CUDA_VISIBLE_DEVICES"] = group
         # the cwd stays the user's, for relative --model paths
         env["PYTHONPATH"] = _PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [sys.executable, "-m", "ordergrad_trl.evaluation.parallel", str(spec_path)]
-        procs.append(subprocess.Popen(cmd, env=env))
+        cmd = [sys.executable, "-m", "ordergrad_trl.evaluation.parallel", str(spec_path), str(os.getpid())]
+        held = lock_fd(out)  # the worker shares the run's writer lock: it stays locked while any rank writes
+        procs.append(subprocess.Popen(cmd, env=env, pass_fds=(held,) if held is not None else ()))
     codes = [p.wait() for p in procs]
     if any(codes):
         raise RuntimeError(f"data-parallel generation workers exited with codes {codes} (ranks 0..{dp - 1}); "
@@ -86,8 +88,23 @@ def run_worker(spec_path: str) -> None:
     records.write_json_atomic(out / f".dp_worker{rank}.stats.json", stats)
 
 
+def _exit_with(parent: int) -> None:
+    """End this worker when the parent dies (a SIGKILLed parent cannot stop it): no rank writes on unlocked."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 if __name__ == "__main__":
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if len(sys.argv) > 2:
+        _exit_with(int(sys.argv[2]))
     run_worker(sys.argv[1])
