@@ -59,6 +59,7 @@ BAD_FLAGS = [
     ("--top_k", "99999999999999"), ("--score_chunk", "1000000000000"), ("--ks", "1000000000"),
     ("--reward_weights", "correct=1e308,format=1e308"), ("--reward_weights", "correct=1e-320"),
     ("--reward_weights", "correct=0,format=0"), ("--limit", "99999999999999"),
+    ("--objectives", "TopM:2@1000000000"), ("--cvar_q", "1e-320"), ("--ci_level", "1e-320"),
 ]
 
 

@@ -51,8 +51,10 @@ def ref_run(out: Path, *extra) -> list[str]:
 
 @pytest.fixture
 def holder(tmp_path):
-    """Another process holding the writer lock of tmp_path/run (as a generate in flight would)."""
+    """A finished run in tmp_path/run, and another process holding its writer lock (as a generate in flight
+    would)."""
     out = tmp_path / "run"
+    main(ref_run(out))
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], env=ENV, stdout=subprocess.PIPE)
     assert proc.stdout.readline().strip() == b"locked"
     yield out, proc
@@ -63,13 +65,15 @@ def holder(tmp_path):
 
 def test_a_second_writer_and_an_overwrite_are_refused_by_name(holder, capsys):
     out, proc = holder
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     for argv in (ref_run(out), ref_run(out, "--overwrite"),
                  ["generate", "--backend", "reference", "--datasets", "arithmetic", "--output_dir", str(out)],
                  ["score", "--output_dir", str(out), "--reward_workers", "1"]):
         msg = cli_error(capsys, argv)
         assert f"--output_dir {out} is being written by another process (pid {proc.pid}, generate" in msg
     assert not list(out.parent.glob("run.replaced-*"))  # --overwrite moved nothing
-    assert not (out / "provenance.json").exists()
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # and nothing was written
+    assert main(["report", "--output_dir", str(out), "--plot", "false"])  # a reader is not a writer
 
 
 def test_a_lock_left_by_a_killed_process_never_blocks(holder):
@@ -77,7 +81,8 @@ def test_a_lock_left_by_a_killed_process_never_blocks(holder):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert lock_path(out).exists()  # the file stays; its lock went with the process
-    rep = main(ref_run(out))["report"]
+    rep = main(ref_run(out, "--num_samples", "4"))["report"]
+    assert rep["datasets"]["arithmetic"]["num_samples"] == 4
     assert rep["datasets"]["arithmetic"]["metrics"]["pass@1"]["value"] == 1.0
 
 

@@ -165,7 +165,8 @@ class ReportArgs:
     cvar_q: float = field(default=0.25, metadata=_h("cvar_q", "q of cvar<q>@k: mean of the ceil(q k) worst of k."))
     objectives: list[str] = field(
         default_factory=list,
-        metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'."},
+        metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'; K "
+                          f"in [1, n] and at most {BOUNDS['ks'][1]}."},
     )
     bootstrap_samples: int = field(default=1000, metadata=_h("bootstrap_samples", "Bootstrap replicates for the "
                                                                                    "CIs."))
@@ -244,6 +245,11 @@ def check_bounds(args, where: str = "") -> None:
             raise UsageError(f"{where}{err}") from None
     if isinstance(getattr(args, "reward_weights", None), str):
         _check_reward_weights(args.reward_weights, where)
+    low, high = BOUNDS["ks"]
+    for spec in getattr(args, "objectives", None) or []:  # `Preset@K`: K bounded like --ks (its weights are K long)
+        k = spec.rpartition("@")[2].strip() if isinstance(spec, str) and "@" in spec else ""
+        if k.isascii() and k.isdigit() and not low <= int(k) <= high:
+            raise UsageError(f"{where}--objectives {spec!r}: K must be in [{low:g}, {high:g}], got {k}")
 
 
 def _check_reward_weights(text: str, where: str) -> None:
