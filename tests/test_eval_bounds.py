@@ -115,7 +115,7 @@ def test_a_bad_reward_variable_in_a_fresh_process_is_one_line_exit_2(tmp_path):
     """The pool module checks the variables when imported: that must not become a traceback either."""
     env = dict(os.environ, OMP_NUM_THREADS="1", ORDERGRAD_REWARD_WORKERS="10000")
     proc = subprocess.run([sys.executable, "-m", "ordergrad_trl.evaluation.cli", "score", "--output_dir",
-                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "ORDERGRAD_REWARD_WORKERS" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -138,9 +138,8 @@ def test_a_tiny_time_out_on_the_command_line_finishes_and_counts_time_outs(tmp_p
 
 
 def test_the_pool_api_is_bounded_too():
-    for kwargs, name in [(dict(timeout_s=1e308), "timeout_s"), (dict(timeout_s=1e-9), "timeout_s"),
-                         (dict(num_workers=MAX_WORKERS + 1), "num_workers"), (dict(timeout_s=float("nan")),
-                                                                               "timeout_s")]:
+    for kwargs, name in [({"timeout_s": 1e308}, "timeout_s"), ({"timeout_s": 1e-9}, "timeout_s"),
+                         ({"num_workers": MAX_WORKERS + 1}, "num_workers"), ({"timeout_s": float("nan")}, "timeout_s")]:
         with pytest.raises(ValueError, match=name):
             pool.score_completions(["1"], ["1"], **kwargs)
 

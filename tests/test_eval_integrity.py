@@ -123,6 +123,21 @@ def test_scores_copied_from_another_run_are_refused_by_report_and_rescored_by_sc
     assert pass_at_1(run_a) == 1.0
 
 
+@pytest.mark.parametrize("which", ["score", "report"])
+def test_generations_copied_from_another_run_are_refused(runs, run_a, capsys, which):
+    """Run B's samples carry A's problem ids (both files are test.jsonl) but were made for other problems."""
+    gens = run_a / "test" / "generations.jsonl"
+    shutil.copy(runs / "runB" / "test" / "generations.jsonl", gens)
+    msg = cli_error(capsys, stage(which, run_a))
+    assert f"{gens}:1:" in msg and "not made by this run" in msg
+
+
+def test_a_generation_without_its_tag_is_refused(run_a, capsys):
+    gens = run_a / "test" / "generations.jsonl"
+    edit_rows(gens, lambda rows: [*rows[:3], {k: v for k, v in rows[3].items() if k != "tag"}, *rows[4:]])
+    assert f"{gens}:4:" in cli_error(capsys, stage("report", run_a))
+
+
 def test_a_score_of_a_sample_never_generated_is_refused_then_dropped(run_a, capsys):
     scores = run_a / "test" / "scores.jsonl"
     gens = run_a / "test" / "generations.jsonl"

@@ -237,7 +237,7 @@ def check_bounds(args, where: str = "") -> None:
         raise UsageError(f"{where}--temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
                          f"{temperature!r}: dividing the logits by it overflows")
     if getattr(args, "reward_workers", None) is not None:
-        from ordergrad_trl.tasks.math_verify_pool import check_workers
+        from ordergrad_trl.tasks.reward_settings import check_workers
 
         try:
             check_workers(args.reward_workers, "--reward_workers")

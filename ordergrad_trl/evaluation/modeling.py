@@ -27,8 +27,8 @@ from .records import MERGED_DIR
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MODEL_FILES", "ModelSource", "fingerprint", "fingerprint_changes", "is_model_file", "load_model", "load_model_and_tokenizer", "load_tokenizer",
-           "materialize_merged", "resolve_model"]
+__all__ = ["MODEL_FILES", "ModelSource", "fingerprint", "fingerprint_changes", "is_model_file", "load_model",
+           "load_model_and_tokenizer", "load_tokenizer", "materialize_merged", "resolve_model"]
 
 # The files that define a model: weights, configs (generation config included), tokenizer and chat template.
 # Not notes, READMEs, logs, optimizer / scheduler / RNG state or trainer bookkeeping: adding such a file to a

@@ -42,8 +42,8 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
         spec = {
             "args": dataclasses.asdict(args), "output_dir": str(out), "backend": backend_name, "rank": rank,
             "source": dataclasses.asdict(source), "disable_tqdm": disable_tqdm,
-            "work": {k: {"ids": w.ids, "prompts": w.prompts, "units": [list(u) for u in w.units[rank::dp]]}
-                     for k, w in work.items()},
+            "work": {k: {"ids": w.ids, "prompts": w.prompts, "units": [list(u) for u in w.units[rank::dp]],
+                         "tags": w.tags} for k, w in work.items()},
         }
         spec_path = out / f".dp_worker{rank}.json"
         records.write_json_atomic(spec_path, spec)
@@ -82,7 +82,8 @@ def run_worker(spec_path: str) -> None:
     args = GenerateArgs(**spec["args"])
     out, rank = Path(spec["output_dir"]), spec["rank"]
     source = ModelSource(**spec["source"])
-    work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]]) for k, v in spec["work"].items()}
+    work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]], tags=v.get("tags"))
+            for k, v in spec["work"].items()}
     stats = generate_local(args, out, spec["backend"], source, load_tokenizer(source), work,
                            f"generations.rank{rank}.jsonl", rank=rank, disable_tqdm=spec["disable_tqdm"])
     records.write_json_atomic(out / f".dp_worker{rank}.stats.json", stats)

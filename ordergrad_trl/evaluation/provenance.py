@@ -52,7 +52,7 @@ def dataset_entry(name: str, args, problems: list[dict]) -> dict:
     path = _file_of(name)
     source = str(path.resolve()) if path is not None else name
     return {"source": source, "split": args.split, "limit": args.limit, "local_data": args.local_data,
-            "num_samples": args.num_samples, "num_problems": len(problems),
+            "num_samples": args.num_samples, "num_problems": len(problems), "tagged": True,
             "problems_sha256": problems_sha256(problems), "problems_index": problems_index(problems)}
 
 
@@ -125,11 +125,12 @@ def _move_aside(out: Path) -> Path:
     return dest
 
 
-def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> dict:
+def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool, verify=None) -> dict:
     """The provenance to write for this run: the old one plus this run's new datasets, or `new` for a fresh run.
 
-    `datasets` is {key: (entry, fresh problems of the whole set)}. A run with other provenance is refused, or with
-    `overwrite` moved aside (nothing is deleted).
+    `datasets` is {key: (entry, fresh problems of the whole set)}. A run with other provenance, or whose files
+    `verify(out, old provenance)` finds a mismatch in (`verify.run_mismatch`), is refused, or with `overwrite`
+    moved aside (nothing is deleted).
     """
     try:
         old, changes = (read_provenance(out) if out.is_dir() else None), []
@@ -146,11 +147,7 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> d
             changes.append(f"provenance schema {old.get('schema')!r} is not 1")
         else:
             changes += _run_changes(old, new)
-            from .verify import (
-                run_mismatch,  # its files must still be what this provenance recorded
-            )
-
-            mismatch = run_mismatch(out, old)
+            mismatch = verify(out, old) if verify is not None else None  # its files: still what it recorded?
             if mismatch:
                 changes.append(mismatch)
             for key, (entry, fresh) in datasets.items():

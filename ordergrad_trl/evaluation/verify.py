@@ -11,15 +11,18 @@ every dataset (rows schema-checked by `records`) and raises `RunMismatchError`, 
   changed (per-row checksums), or the whole not hashing to `problems_sha256`. `generate` writes the provenance
   before the problems, so for it (`stage="generate"`) a file that is a prefix of the record is a run killed in
   between, not a mismatch;
-- a generation of a problem id not in `problems.jsonl`, or a sample index outside `[0, n)` (n: the largest
-  `--num_samples` the provenance recorded for the dataset);
+- a generation of a problem id not in `problems.jsonl`, a sample index outside `[0, n)` (n: the largest
+  `--num_samples` the provenance recorded for the dataset), or a row whose tag (`generation_tag`) says another
+  model, prompt, sampling settings or problem made it (a generations file copied in from another run);
 - a score of an unknown id or sample index, or (in `report`) of a sample that was not generated or whose
   completion is not the one it scored (the row's checksum). `score` rescores those instead (`stale_scores_ok`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import zlib
 from pathlib import Path
 
 from . import records
@@ -27,7 +30,7 @@ from .errors import UsageError
 from .problems import problems_index, problems_sha256
 from .provenance import read_provenance
 
-__all__ = ["RunMismatchError", "check_run", "run_mismatch"]
+__all__ = ["RunMismatchError", "check_run", "generation_tag", "run_mismatch"]
 
 _HINT = "the run was edited or mixed with another; restore it, or regenerate into a new --output_dir"
 
@@ -74,11 +77,32 @@ def _check_problems(path: Path, entry: dict, strict: bool) -> dict[str, dict]:
     return {r["id"]: r for _, r in rows}
 
 
-def _check_generations(folder: Path, ids, n: int | None) -> dict[tuple[str, int], tuple[str, int, dict]]:
+def generation_tag(provenance: dict, problem: dict) -> int:
+    """The tag every generation row of `problem` carries: a checksum of what made it (the model's content or Hub
+    name, the prompt and sampling settings) and of the problem (id, question, gold), so a row copied in from a run
+    of another model, settings or data is told apart even where the problem ids agree."""
+    model = provenance["model"]
+    fp = model.get("fingerprint") or {}
+    made_by = [(fp.get(r) or {}).get("sha256") or model.get(r) for r in ("base", "adapter")]
+    what = [made_by, provenance["prompt"], provenance["sampling"], problem["id"], problem.get("question"),
+            problem["answer"]]
+    return zlib.crc32(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+
+
+def _check_generations(folder: Path, problems: dict, n: int | None, provenance: dict, tagged: bool) -> dict:
     samples: dict[tuple[str, int], tuple[str, int, dict]] = {}
+    tags: dict[str, int] = {}
     for file in sorted(folder.glob(records.GEN_GLOB)):
         for line, row in records.read_numbered(file, "generations"):
-            _check_key(file, line, row, ids, n, "generation")
+            _check_key(file, line, row, problems, n, "generation")
+            if tagged:
+                want = tags.get(row["id"])
+                if want is None:
+                    want = tags[row["id"]] = generation_tag(provenance, problems[row["id"]])
+                if row.get("tag") != want:
+                    raise RunMismatchError(f"{file}:{line}: sample {row['sample']} of problem {row['id']!r} was not "
+                                           f"made by this run (tag {row.get('tag')}, this run's {want}: another "
+                                           f"model, settings or data; copied from another run?); {_HINT}")
             samples.setdefault((row["id"], row["sample"]), (file.name, line, row))
     return samples
 
@@ -136,7 +160,7 @@ def check_run(out: str | os.PathLike, stage: str, provenance: dict | None = None
         n = entry.get("num_samples")
         n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None  # runs before it was recorded
         problems = _check_problems(folder / "problems.jsonl", entry, strict=stage != "generate")
-        samples = _check_generations(folder, problems, n)
+        samples = _check_generations(folder, problems, n, provenance, entry.get("tagged") is True)
         if stage != "generate":
             _check_scores(folder / "scores.jsonl", problems, n, samples, stale_ok=stage == "score")
     return provenance

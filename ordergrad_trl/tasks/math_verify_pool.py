@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import re
 import subprocess
@@ -51,32 +50,51 @@ import time
 from collections import Counter, OrderedDict, deque
 from multiprocessing.connection import Connection, Pipe, wait
 
+if __package__:  # not in a worker, which loads this file by path, outside the package, and needs none of them
+    from .reward_settings import (  # noqa: F401 (the pool's bounds and settings, re-exported)
+        MAX_TIMEOUT_S,
+        MAX_WORKERS_PER_CPU,
+        MIN_TIMEOUT_S,
+        _cpus,
+        _default_workers,
+        check_timeout,
+        check_workers,
+        max_workers,
+        reward_env_settings,
+    )
+
+    reward_env_settings()  # a malformed variable fails at import, before any training step
+
 logger = logging.getLogger(__name__)
 
 _STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded node can be slow; failing to start at all is an error
-_DEFAULT_TIMEOUT_S = 10.0
 _MARGIN_S = 1.0  # math-verify's alarms end this much before the parent's kill, so its time-out is what we see
 _GOLD_CACHE = 4096
 _KILL_FLOOR_S = 0.25  # below this a time-out marks the item but the worker is left to finish it (no restart)
-MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1e-3, 3600.0  # bounds of timeout_s; see score_completions
-MAX_WORKERS_PER_CPU = 4  # num_workers <= this x the CPUs: more only queue on the cores (10000 never start)
-# The worker's first act, before any slow import: end itself when the parent dies (a SIGKILLed parent runs no
-# atexit), by PR_SET_PDEATHSIG where Linux has it and a thread polling the parent's pid everywhere.
 _BOOT = (
-    "import os, sys, threading, time\n"
-    "parent = int(sys.argv[3])\n"
-    "if sys.argv[4] == '1':\n"
-    "    try:\n"
-    "        import ctypes; ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL\n"
-    "    except Exception: pass\n"
-    "def watch():\n"
-    "    while os.getppid() == parent: time.sleep(0.2)\n"
-    "    os._exit(1)\n"
-    "threading.Thread(target=watch, daemon=True).start()\n"
-    "if os.getppid() != parent: os._exit(1)\n"
-    "import importlib.util as u; s = u.spec_from_file_location('_ordergrad_reward_worker', sys.argv[1])\n"
-    "m = u.module_from_spec(s); s.loader.exec_module(m); m._worker_main(int(sys.argv[2]))\n"
+    "import importlib.util as u, sys; s = u.spec_from_file_location('_ordergrad_reward_worker', sys.argv[1]); "
+    "m = u.module_from_spec(s); s.loader.exec_module(m); m._die_with_parent(int(sys.argv[3]), sys.argv[4] == '1'); "
+    "m._worker_main(int(sys.argv[2]))"
 )
+
+
+def _die_with_parent(parent: int, pdeathsig: bool) -> None:
+    """A worker's first act, before the slow imports: end when the parent dies (a SIGKILLed parent runs no atexit),
+    by PR_SET_PDEATHSIG where Linux has it and, everywhere, a thread polling the parent's pid."""
+    if pdeathsig:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+        except (OSError, AttributeError):  # not Linux
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _worker_main(fd: int) -> None:
@@ -264,72 +282,6 @@ _LOCK = threading.Lock()
 _POOL: _Pool | None = None
 
 
-def _cpus() -> int:
-    """CPUs this process may run on; macOS has no `sched_getaffinity`."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
-def max_workers() -> int:
-    """The most worker processes a pool may have: MAX_WORKERS_PER_CPU x the CPUs this process may use."""
-    return MAX_WORKERS_PER_CPU * _cpus()
-
-
-def _local_world_size() -> int:
-    text = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    if not (text.strip().isascii() and text.strip().isdigit() and int(text) >= 1):
-        raise ValueError(f"LOCAL_WORLD_SIZE must be an integer >= 1 (processes on this node), got {text!r}")
-    return int(text)
-
-
-def _default_workers() -> int:
-    return max(1, min(4, _cpus() // _local_world_size()))
-
-
-def check_timeout(timeout_s, name: str = "timeout_s") -> float:
-    """`timeout_s` as a float; ValueError naming `name` outside [MIN_TIMEOUT_S, MAX_TIMEOUT_S] (1 ms to an hour:
-    shorter cannot even be measured against a process switch, longer overflows the alarms and waits)."""
-    ok = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
-    if not (ok and MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S):
-        raise ValueError(f"{name} must be a number of seconds in [{MIN_TIMEOUT_S:g}, {MAX_TIMEOUT_S:g}], "
-                         f"got {timeout_s!r}")
-    return float(timeout_s)
-
-
-def check_workers(num_workers, name: str = "num_workers") -> int:
-    """ValueError naming `name` unless an integer in [1, max_workers()]."""
-    top = max_workers()
-    ok = isinstance(num_workers, int) and not isinstance(num_workers, bool)
-    if not (ok and 1 <= num_workers <= top):
-        raise ValueError(f"{name} must be an integer in [1, {top}] ({MAX_WORKERS_PER_CPU} x the {_cpus()} CPUs), "
-                         f"got {num_workers!r}")
-    return num_workers
-
-
-def reward_env_settings() -> tuple[float, int]:
-    """`(timeout_s, num_workers)` from $ORDERGRAD_REWARD_TIMEOUT_S (default 10) and $ORDERGRAD_REWARD_WORKERS
-    (default min(4, cpus / $LOCAL_WORLD_SIZE)); a malformed or out-of-bounds value (`check_timeout`,
-    `check_workers`) raises `ValueError` naming the variable. Checked when this module is imported (so before
-    training starts) and again by every call that relies on them."""
-    timeout_text = os.environ.get("ORDERGRAD_REWARD_TIMEOUT_S", str(_DEFAULT_TIMEOUT_S))
-    try:
-        timeout_s = check_timeout(float(timeout_text), "ORDERGRAD_REWARD_TIMEOUT_S")
-    except ValueError:  # the message quotes the variable's text as given
-        raise ValueError(f"ORDERGRAD_REWARD_TIMEOUT_S must be a number of seconds in [{MIN_TIMEOUT_S:g}, "
-                         f"{MAX_TIMEOUT_S:g}] (e.g. 10), got {timeout_text!r}") from None
-    workers_text = os.environ.get("ORDERGRAD_REWARD_WORKERS")
-    if workers_text is None:
-        return timeout_s, _default_workers()
-    number = workers_text.strip()
-    try:
-        return timeout_s, check_workers(int(number) if number.isascii() and number.isdigit() else None)
-    except ValueError:
-        raise ValueError(f"ORDERGRAD_REWARD_WORKERS must be an integer in [1, {max_workers()}] ({MAX_WORKERS_PER_CPU} "
-                         f"x the {_cpus()} CPUs; e.g. 4), got {workers_text!r}") from None
-
-
-reward_env_settings()  # a malformed variable fails at import, before any training step
-
 
 def shutdown() -> None:
     """Stop the worker processes (the next call starts new ones). Registered with atexit."""
@@ -365,8 +317,9 @@ def score_completions(
     item, and again per gold parse; `num_workers` (default $ORDERGRAD_REWARD_WORKERS, else min(4, cpus /
     $LOCAL_WORLD_SIZE); at most 4 x the CPUs) sizes this process's pool. Below 0.25 s an item past its bound is
     counted as timed out but its worker, unless silent for 0.25 s, is not killed: restarting a worker costs
-    seconds, so killing one per item would make a tiny bound take longer than a generous one. With `return_status`, returns `(scores, statuses)`, each status "ok", "timeout" or
-    "unscorable". Time-outs and unscorable items are also logged as a warning.
+    seconds, so killing one per item would make a tiny bound take longer than a generous one. With
+    `return_status`, returns `(scores, statuses)`, each status "ok", "timeout" or "unscorable". Time-outs and
+    unscorable items are also logged as a warning.
     """
     global _POOL
     if len(predictions) != len(golds):
