@@ -138,6 +138,15 @@ def test_a_generation_without_its_tag_is_refused(run_a, capsys):
     assert f"{gens}:4:" in cli_error(capsys, stage("report", run_a))
 
 
+def test_a_score_edited_by_hand_is_refused(run_a, capsys):
+    scores = run_a / "test" / "scores.jsonl"
+    edit_rows(scores, lambda rows: [*rows[:2], {**rows[2], "correct": 0.0}, *rows[3:]])
+    msg = cli_error(capsys, stage("report", run_a))
+    assert f"{scores}:3:" in msg and "edited" in msg
+    assert main(stage("score", run_a))["test"]["scored"] == 1  # score rescores it
+    assert pass_at_1(run_a) == 1.0
+
+
 def test_a_score_of_a_sample_never_generated_is_refused_then_dropped(run_a, capsys):
     scores = run_a / "test" / "scores.jsonl"
     gens = run_a / "test" / "generations.jsonl"
@@ -160,6 +169,17 @@ def test_a_deleted_dataset_entry_is_refused_at_every_entrance(runs, run_a, capsy
     msg = cli_error(capsys, ["run", "--backend", "reference", "--datasets", str(other), "--num_samples", "2",
                              "--output_dir", str(run_a), *FLAGS])
     assert "without an entry" in msg and "--overwrite" in msg
+
+
+@pytest.mark.parametrize("entry", ["x", None, 7, []])
+def test_a_dataset_entry_that_is_not_a_record_is_refused(run_a, capsys, entry):
+    prov = json.loads((run_a / "provenance.json").read_text())
+    prov["datasets"]["test"] = entry
+    (run_a / "provenance.json").write_text(json.dumps(prov))
+    for argv in (stage("score", run_a), stage("report", run_a),
+                 ["generate", "--backend", "reference", "--datasets", "arithmetic", "--limit", "1", "--num_samples",
+                  "2", "--output_dir", str(run_a), "--disable_tqdm"]):
+        assert "provenance.json" in cli_error(capsys, argv)
 
 
 def test_a_dataset_folder_copied_in_from_another_run_is_refused(runs, run_a, capsys):

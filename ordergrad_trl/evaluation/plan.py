@@ -117,7 +117,7 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     for key, (rows, _) in merged.items():
         entry, old = entries[key][0], provenance["datasets"].get(key)
         provenance["datasets"][key] = dict(
-            entry, limit=_limit(old["limit"], entry["limit"]) if old else entry["limit"],
+            entry, limit=_limit(old.get("limit"), entry["limit"]) if old else entry["limit"],
             num_samples=max(entry["num_samples"], (old or {}).get("num_samples") or 0),  # sample indices < this
             tagged=bool(old.get("tagged")) if old else True,  # rows of an older run carry no tags
             num_problems=len(rows), problems_sha256=problems_sha256(rows), problems_index=problems_index(rows))

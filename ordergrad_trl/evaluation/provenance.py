@@ -151,7 +151,7 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool, veri
             if mismatch:
                 changes.append(mismatch)
             for key, (entry, fresh) in datasets.items():
-                if key in old["datasets"]:
+                if isinstance(old["datasets"].get(key), dict):  # else `verify` named it above
                     run_problems = records.read_jsonl(out / key / "problems.jsonl")
                     changes += _dataset_changes(key, old["datasets"][key], entry, run_problems, fresh)
     if changes:

@@ -3,9 +3,9 @@
     <output_dir>/
         provenance.json               what defines the numbers: model, datasets, prompt, sampling (checked on resume)
         <dataset>/problems.jsonl      one row per problem: id, answer (gold), prompt (messages), metadata
-        <dataset>/generations*.jsonl  one row per sample: id, sample, completion, num_tokens, finish_reason
+        <dataset>/generations*.jsonl  one row per sample: id, sample, completion, num_tokens, finish_reason, tag
                                       (one file per data-parallel rank: generations.rank<r>.jsonl)
-        <dataset>/scores.jsonl        one row per sample: id, sample, correct, status, format, pred, crc
+        <dataset>/scores.jsonl        one row per sample: id, sample, correct, status, format, pred, crc, check
         report.json / report.md / passk.png
 
 Each row is one `write` to a file opened for appending, and every batch is fsynced, so a kill loses at most the
@@ -47,6 +47,7 @@ __all__ = [
     "read_numbered",
     "read_samples",
     "repair_tail",
+    "row_check",
     "require_run",
     "run_dir",
     "write_json_atomic",
@@ -95,7 +96,8 @@ SCHEMAS: dict[str, dict] = {
                "status": (lambda v: v in STATUSES, " or ".join(map(repr, STATUSES))),
                "format": (lambda v: v is None or _is_num(v), "a finite number or null"),
                "pred": (lambda v: v is None or isinstance(v, str), "a string or null"),
-               "crc": (lambda v: _is_int(v) and 0 <= v < 1 << 32, "an integer checksum in [0, 2^32)")},
+               "crc": (lambda v: _is_int(v) and 0 <= v < 1 << 32, "an integer checksum in [0, 2^32)"),
+               "check": (lambda v: v is None or (_is_int(v) and 0 <= v < 1 << 32), "an integer in [0, 2^32)")},
 }
 
 
@@ -244,6 +246,12 @@ def dataset_dirs(output_dir: str | os.PathLike) -> list[Path]:
 def completion_crc(text: str) -> int:
     """Checksum tying a score row to the completion it scored (a regenerated sample gets rescored)."""
     return zlib.crc32(text.encode("utf-8"))
+
+
+def row_check(row: dict) -> int:
+    """Checksum of a score row's fields (all but `check`): an edit by hand (`correct` flipped) is told."""
+    fields = {k: v for k, v in row.items() if k != "check"}
+    return zlib.crc32(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode("utf-8"))
 
 
 def run_dir(output_dir: str | os.PathLike) -> Path:

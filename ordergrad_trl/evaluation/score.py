@@ -43,7 +43,8 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
     todo = []
     for key, row in samples.items():
         old = scored.get(key)
-        if old is None or old.get("crc") != records.completion_crc(row["completion"]):
+        edited = old is not None and "check" in old and old["check"] != records.row_check(old)
+        if old is None or edited or old.get("crc") != records.completion_crc(row["completion"]):
             if key[0] not in golds:
                 raise UsageError(f"{dataset_dir}: sample of unknown problem id {key[0]!r} (not in problems.jsonl)")
             todo.append(row)
@@ -63,11 +64,10 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
         for s in status:
             failures[s] = failures.get(s, 0) + 1
         fmt = format_reward(texts)
-        records.append_jsonl(out, [
-            {"id": r["id"], "sample": int(r["sample"]), "correct": c, "status": st, "format": f,
-             "pred": extract_answer(t), "crc": records.completion_crc(t)}
-            for r, c, st, f, t in zip(chunk, correct, status, fmt, texts)
-        ])
+        rows = [{"id": r["id"], "sample": r["sample"], "correct": c, "status": st, "format": f,
+                 "pred": extract_answer(t), "crc": records.completion_crc(t)}
+                for r, c, st, f, t in zip(chunk, correct, status, fmt, texts)]
+        records.append_jsonl(out, [dict(row, check=records.row_check(row)) for row in rows])
         bar.update(len(chunk))
         logger.info("%s: scored %d/%d", dataset_dir.name, start + len(chunk), len(todo))
     bar.close()

@@ -126,6 +126,10 @@ def _check_scores(file: Path, ids, n: int | None, samples: dict, stale_ok: bool)
             raise RunMismatchError(f"{file}:{line}: a score of problem {row['id']!r} sample {row['sample']}, which "
                                    "was never generated (copied from another run?); run the score stage, which "
                                    "drops it, or use a new --output_dir")
+        if "check" in row and row["check"] != records.row_check(row):
+            raise RunMismatchError(f"{file}:{line}: the score of problem {row['id']!r} sample {row['sample']} was "
+                                   f"edited after scoring (its fields do not match its check {row['check']}); run "
+                                   "the score stage after deleting the line, or restore it")
         crc = records.completion_crc(gen[2]["completion"])
         if row["crc"] != crc:
             raise RunMismatchError(f"{file}:{line}: the score of problem {row['id']!r} sample {row['sample']} was "
@@ -151,6 +155,10 @@ def check_run(out: str | os.PathLike, stage: str, provenance: dict | None = None
                                    "into a new --output_dir, or pass --overwrite to move this run aside")
         return {}
     datasets = provenance["datasets"]
+    for key, entry in datasets.items():
+        if not isinstance(entry, dict):
+            raise RunMismatchError(f"{out / records.PROVENANCE}: the entry of dataset {key!r} is not a record (edited "
+                                   "by hand?); restore it, or pass --overwrite to move this run aside")
     for folder in folders:
         entry = datasets.get(folder.name)
         if not isinstance(entry, dict):
