@@ -52,7 +52,8 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
             env["CUDA_VISIBLE_DEVICES"] = group
         # the cwd stays the user's, for relative --model paths
         env["PYTHONPATH"] = _PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        cmd = [sys.executable, "-m", "ordergrad_trl.evaluation.parallel", str(spec_path), str(os.getpid())]
+        env["ORDERGRAD_EVAL_PARENT"] = str(os.getpid())  # the worker ends when this process dies
+        cmd = [sys.executable, "-m", "ordergrad_trl.evaluation.parallel", str(spec_path)]
         held = lock_fd(out)  # the worker shares the run's writer lock: it stays locked while any rank writes
         procs.append(subprocess.Popen(cmd, env=env, pass_fds=(held,) if held is not None else ()))
     codes = [p.wait() for p in procs]
@@ -106,6 +107,6 @@ if __name__ == "__main__":
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if len(sys.argv) > 2:
-        _exit_with(int(sys.argv[2]))
+    if os.environ.get("ORDERGRAD_EVAL_PARENT", "").isdigit():
+        _exit_with(int(os.environ["ORDERGRAD_EVAL_PARENT"]))
     run_worker(sys.argv[1])
