@@ -72,6 +72,9 @@ def main() -> dict:
             {**gens[i % len(gens)], "sample": i // len(gens) * a.num_samples + gens[i % len(gens)]["sample"]}
             for i in range(a.score_items)
         ])
+        provenance = json.loads((out / records.PROVENANCE).read_text())  # the same run, more samples per problem
+        provenance["datasets"][d.name]["num_samples"] = (a.score_items // len(gens) + 1) * a.num_samples
+        records.write_json_atomic(big.parent / records.PROVENANCE, provenance)
         t0 = time.perf_counter()
         sb = next(iter(score(ScoreArgs(reward_workers=a.reward_workers), PathArgs(str(big.parent))).values()))
         sb["wall_s"] = time.perf_counter() - t0

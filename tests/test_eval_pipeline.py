@@ -22,7 +22,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-from test_eval_metrics import brute_maj, subsets_mean  # noqa: E402  (tests/ is on sys.path via conftest)
+from eval_runs import adopt  # noqa: E402  (tests/ is on sys.path via conftest)
+from test_eval_metrics import brute_maj, subsets_mean  # noqa: E402
 
 from ordergrad_trl.evaluation import records  # noqa: E402
 from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs  # noqa: E402
@@ -70,6 +71,7 @@ def write_toy_run(out: Path):
         {"id": pid, "sample": s, "completion": text, "num_tokens": 10 + s, "finish_reason": "stop"}
         for pid, (_, rows) in TOY.items() for s, (text, _, _) in enumerate(rows)
     ])
+    adopt(out)  # the provenance generate would have written
 
 
 def test_score_and_report_match_brute_force(tmp_path):
@@ -349,6 +351,7 @@ def test_every_benchmark_gold_parses_and_echo_scores_100_percent(shared_data, tm
              "num_tokens": None, "finish_reason": "reference"}
             for p in problems for s, q in enumerate([p, problems[(problems.index(p) + 1) % 30]])
         ])
+    adopt(tmp_path)
     score(ScoreArgs(reward_timeout_s=30), PathArgs(str(tmp_path)))  # some golds take seconds on a busy machine
     rep = report(ReportArgs(ks=[1], **FAST), PathArgs(str(tmp_path)))["datasets"]
     for name in ALL_SETS:

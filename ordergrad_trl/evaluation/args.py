@@ -16,10 +16,43 @@ from dataclasses import dataclass, field
 
 from .errors import UsageError
 
-__all__ = ["BACKENDS", "GenerateArgs", "PathArgs", "ReportArgs", "ScoreArgs", "check_types", "check_value",
-           "validate_generate", "validate_score"]
+__all__ = [
+    "BACKENDS",
+    "GenerateArgs",
+    "PathArgs",
+    "ReportArgs",
+    "ScoreArgs",
+    "check_bounds",
+    "check_reward_env",
+    "check_types",
+    "check_value",
+    "validate_generate",
+    "validate_score",
+]
 
 BACKENDS = ("auto", "hf", "vllm", "reference")
+
+# Bounds of every numeric flag, {flag: (low, high)}, checked with the types (`check_types`) and quoted in --help:
+# a value outside ends with one line and exit 2 before any work, not in a hang or traceback hours later. Each bound
+# is far beyond any sensible run and below what the machinery can hold (int32 sizes, an hour's wait, memory).
+SEEDS = (0, 2**32 - 1)
+BOUNDS: dict[str, tuple[float, float]] = {
+    "limit": (1, 2**31 - 1), "num_samples": (1, 65536), "temperature": (0, 100), "top_p": (1e-6, 1),
+    "top_k": (0, 2**31 - 1), "max_new_tokens": (1, 2**20), "seed": SEEDS, "batch_size": (1, 65536),
+    "data_parallel_size": (1, 1024), "tensor_parallel_size": (1, 1024), "gpu_memory_utilization": (1e-3, 1),
+    "max_model_len": (1, 2**24), "vllm_chunk": (1, 2**20),
+    "reward_timeout_s": (1e-3, 3600), "score_chunk": (1, 2**20),  # time-outs: math_verify_pool.check_timeout's
+    "ks": (1, 65536), "bootstrap_samples": (1, 10000), "bootstrap_seed": SEEDS, "ci_level": (1e-6, 1 - 1e-6),
+    "cvar_q": (1e-6, 1),
+}
+MIN_TEMPERATURE = 1e-3  # a positive temperature below this divides the logits into inf / NaN: 0 means greedy
+MAX_REWARD_WEIGHT = 1e6  # |weight|; nonzero ones at least 1/MAX_REWARD_WEIGHT: no sum of weighted rewards overflows
+
+
+def _h(name: str, text: str) -> dict:
+    """Help metadata of field `name`: `text` and its bounds."""
+    low, high = BOUNDS[name]
+    return {"help": f"{text} In [{low:g}, {high:g}]."}
 
 
 @dataclass
@@ -55,14 +88,16 @@ class GenerateArgs:
                           "../shared/data) instead of the Hub."},
     )
     data_dir: str | None = field(default=None, metadata={"help": "Directory of the local benchmark files."})
-    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first `limit` problems of each set."})
-    num_samples: int = field(default=8, metadata={"help": "Samples n per problem."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy). Default 1.0 is "
-                                                              "TRL's training temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling threshold (1.0 = off)."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0 = off)."})
-    max_new_tokens: int = field(default=1024, metadata={"help": "Maximum completion length in tokens."})
-    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    limit: int | None = field(default=None, metadata=_h("limit", "Evaluate only the first `limit` problems of each "
+                                                                   "set."))
+    num_samples: int = field(default=8, metadata=_h("num_samples", "Samples n per problem."))
+    temperature: float = field(default=1.0, metadata=_h("temperature", "Sampling temperature: 0 = greedy, else at "
+                                                        f"least {MIN_TEMPERATURE:g}. Default 1.0 is TRL's training "
+                                                        "temperature."))
+    top_p: float = field(default=1.0, metadata=_h("top_p", "Nucleus sampling threshold (1.0 = off)."))
+    top_k: int = field(default=0, metadata=_h("top_k", "Top-k sampling (0 = off)."))
+    max_new_tokens: int = field(default=1024, metadata=_h("max_new_tokens", "Maximum completion length in tokens."))
+    seed: int = field(default=0, metadata=_h("seed", "Sampling seed."))
     system_prompt: str | None = field(
         default=None, metadata={"help": "Optional system message (with --use_chat_template false: a plain-text "
                                         "prefix, a blank line before the user message)."}
@@ -77,17 +112,20 @@ class GenerateArgs:
     backend: str = field(default="auto", metadata={"help": "auto (vllm if installed with a GPU, else hf), hf, "
                                                            "vllm, or reference (no model: each problem's reference "
                                                            "solution, else its gold answer in \\boxed{})."})
-    batch_size: int = field(default=32, metadata={"help": "hf backend: sequences per generate call."})
+    batch_size: int = field(default=32, metadata=_h("batch_size", "hf backend: sequences per generate call."))
     dtype: str = field(default="auto", metadata={"help": "auto (bfloat16 on GPU, float32 on CPU), float32, "
                                                          "bfloat16, float16."})
     data_parallel_size: int | None = field(
-        default=None, metadata={"help": "Worker processes, each on its own tensor_parallel_size visible GPUs "
-                                        "(default: visible GPUs / tensor_parallel_size, at least 1)."}
+        default=None, metadata=_h("data_parallel_size", "Worker processes, each on its own tensor_parallel_size "
+                                  "visible GPUs (default: visible GPUs / tensor_parallel_size, at least 1).")
     )
-    tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: GPUs per worker."})
-    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vllm: fraction of GPU memory to use."})
-    max_model_len: int | None = field(default=None, metadata={"help": "vllm: context length (default: model's)."})
-    vllm_chunk: int = field(default=2048, metadata={"help": "vllm: requests per call (results are saved per call)."})
+    tensor_parallel_size: int = field(default=1, metadata=_h("tensor_parallel_size", "vllm: GPUs per worker."))
+    gpu_memory_utilization: float = field(default=0.9, metadata=_h("gpu_memory_utilization",
+                                                                     "vllm: fraction of GPU memory to use."))
+    max_model_len: int | None = field(default=None, metadata=_h("max_model_len",
+                                                                  "vllm: context length (default: model's)."))
+    vllm_chunk: int = field(default=2048, metadata=_h("vllm_chunk", "vllm: requests per call (results are saved "
+                                                                       "per call)."))
     overwrite: bool = field(
         default=False, metadata={"help": "If --output_dir holds a run whose provenance differs (other model, data, "
                                          "prompt or sampling settings), move it aside to <output_dir>.replaced-<time> "
@@ -98,13 +136,17 @@ class GenerateArgs:
 @dataclass
 class ScoreArgs:
     reward_timeout_s: float = field(
-        default=10.0, metadata={"help": "Hard wall-clock bound per scored sample, and per gold parse (a slower "
-                                "sample scores 0, a slower gold leaves the problem unscorable), as in training."}
+        default=10.0, metadata=_h("reward_timeout_s", "Hard wall-clock bound in seconds per scored sample, and "
+                                  "per gold parse (a slower sample scores 0 and is counted as a time-out, a slower "
+                                  "gold leaves the problem unscorable), as in training; math-verify's own time-outs "
+                                  "are whole seconds.")
     )
     reward_workers: int | None = field(
-        default=None, metadata={"help": "math-verify worker processes (default: as in training, min(4, cpus))."}
+        default=None, metadata={"help": "math-verify worker processes (default: as in training, min(4, cpus)); at "
+                                        "most 4 x the CPUs."}
     )
-    score_chunk: int = field(default=512, metadata={"help": "Samples scored per call; scores are saved per chunk."})
+    score_chunk: int = field(default=512, metadata=_h("score_chunk", "Samples scored per call; scores are saved "
+                                                                       "per chunk."))
 
 
 
@@ -117,16 +159,19 @@ class ReportArgs:
     reward_weights: str = field(
         default="correct=1",
         metadata={"help": "Reward for best@k / worst@k / CVaR / objectives: weighted sum of score fields, e.g. "
-                          "'correct=1,format=0.2' (fields: correct, format)."},
+                          "'correct=1,format=0.2' (fields: correct, format); each weight 0 or of magnitude in "
+                          f"[{1 / MAX_REWARD_WEIGHT:g}, {MAX_REWARD_WEIGHT:g}], not all 0."},
     )
-    cvar_q: float = field(default=0.25, metadata={"help": "q of cvar<q>@k: mean of the ceil(q k) worst of k."})
+    cvar_q: float = field(default=0.25, metadata=_h("cvar_q", "q of cvar<q>@k: mean of the ceil(q k) worst of k."))
     objectives: list[str] = field(
         default_factory=list,
-        metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'."},
+        metadata={"help": "Extra L-statistic objectives as Preset@K, e.g. TopM:2@4 Median@8 '0.1,0,0.3,0.6@4'; K "
+                          f"in [1, n] and at most {BOUNDS['ks'][1]}."},
     )
-    bootstrap_samples: int = field(default=1000, metadata={"help": "Bootstrap replicates for the CIs."})
-    bootstrap_seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resampling."})
-    ci_level: float = field(default=0.95, metadata={"help": "Confidence level of the intervals."})
+    bootstrap_samples: int = field(default=1000, metadata=_h("bootstrap_samples", "Bootstrap replicates for the "
+                                                                                   "CIs."))
+    bootstrap_seed: int = field(default=0, metadata=_h("bootstrap_seed", "Seed of the bootstrap resampling."))
+    ci_level: float = field(default=0.95, metadata=_h("ci_level", "Confidence level of the intervals."))
     breakdown: list[str] = field(
         default_factory=lambda: ["subject", "level"],
         metadata={"help": "Problem metadata fields to break results down by (where present)."},
@@ -169,9 +214,59 @@ def check_value(cls, name: str, value, where: str = "") -> None:
 
 
 def check_types(args, where: str = "") -> None:
-    """UsageError naming the field unless every value has its annotated type (floats finite, lists lists)."""
+    """UsageError naming the field unless every value has its annotated type (floats finite, lists lists) and
+    lies within its `BOUNDS`."""
     for f in dataclasses.fields(args):
         check_value(type(args), f.name, getattr(args, f.name), where)
+    check_bounds(args, where)
+
+
+def check_bounds(args, where: str = "") -> None:
+    """UsageError naming `--flag`, its bounds and the value, for the first value outside `BOUNDS` (and the
+    worker count, temperature and reward weights, whose bounds are not a plain range)."""
+    for f in dataclasses.fields(args):
+        value = getattr(args, f.name)
+        if f.name not in BOUNDS or value is None:
+            continue
+        low, high = BOUNDS[f.name]
+        for v in value if isinstance(value, list) else [value]:
+            if not low <= v <= high:
+                raise UsageError(f"{where}--{f.name} must be in [{low:g}, {high:g}], got {v!r}")
+    temperature = getattr(args, "temperature", None)
+    if temperature is not None and 0 < temperature < MIN_TEMPERATURE:
+        raise UsageError(f"{where}--temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
+                         f"{temperature!r}: dividing the logits by it overflows")
+    if getattr(args, "reward_workers", None) is not None:
+        from ordergrad_trl.tasks.reward_settings import check_workers
+
+        try:
+            check_workers(args.reward_workers, "--reward_workers")
+        except ValueError as err:
+            raise UsageError(f"{where}{err}") from None
+    if isinstance(getattr(args, "reward_weights", None), str):
+        _check_reward_weights(args.reward_weights, where)
+    low, high = BOUNDS["ks"]
+    for spec in getattr(args, "objectives", None) or []:  # `Preset@K`: K bounded like --ks (its weights are K long)
+        k = spec.rpartition("@")[2].strip() if isinstance(spec, str) and "@" in spec else ""
+        if k.isascii() and k.isdigit() and not low <= int(k) <= high:
+            raise UsageError(f"{where}--objectives {spec!r}: K must be in [{low:g}, {high:g}], got {k}")
+
+
+def _check_reward_weights(text: str, where: str) -> None:
+    """Bounds of the weights of `--reward_weights` (its syntax is checked by `report.parse_reward_weights`)."""
+    weights = []
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        try:
+            weights.append((name.strip(), float(value)))
+        except ValueError:
+            continue
+    for name, w in weights:
+        if math.isfinite(w) and w != 0 and not 1 / MAX_REWARD_WEIGHT <= abs(w) <= MAX_REWARD_WEIGHT:
+            raise UsageError(f"{where}--reward_weights: the weight of {name} must be 0 or of magnitude in "
+                             f"[{1 / MAX_REWARD_WEIGHT:g}, {MAX_REWARD_WEIGHT:g}], got {w!r} (in {text!r})")
+    if weights and all(w == 0 for _, w in weights):
+        raise UsageError(f"{where}--reward_weights: every weight is 0, so every reward would be 0 (in {text!r})")
 
 
 def validate_generate(args: GenerateArgs) -> None:
@@ -209,7 +304,21 @@ def validate_generate(args: GenerateArgs) -> None:
         raise UsageError(f"--user_template must contain '{{question}}', got {args.user_template!r}")
 
 
+def check_reward_env() -> None:
+    """UsageError (one line, exit 2) naming a malformed or out-of-bounds $ORDERGRAD_REWARD_TIMEOUT_S,
+    $ORDERGRAD_REWARD_WORKERS or $LOCAL_WORLD_SIZE, which the scorer would otherwise raise mid-run."""
+    try:
+        from ordergrad_trl.tasks.math_verify_pool import (
+            reward_env_settings,  # checks them on import, too
+        )
+
+        reward_env_settings()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
 def validate_score(args: ScoreArgs) -> None:
+    check_reward_env()
     check_types(args)
     for name, ok, rule in [("reward_timeout_s", args.reward_timeout_s > 0, "> 0"),
                            ("reward_workers", args.reward_workers is None or args.reward_workers >= 1, ">= 1"),

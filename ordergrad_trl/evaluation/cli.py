@@ -15,7 +15,15 @@ import os
 import sys
 from pathlib import Path
 
-from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs, check_types, check_value
+from .args import (
+    GenerateArgs,
+    PathArgs,
+    ReportArgs,
+    ScoreArgs,
+    check_reward_env,
+    check_types,
+    check_value,
+)
 from .errors import UsageError
 
 __all__ = ["STAGES", "command", "main", "parse_stage_args", "stage_main"]
@@ -112,6 +120,8 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}; see {prog} --help")
     for obj in parsed:  # the config's values are checked above: what fails here came from the command line
         check_types(obj)
+    if any(isinstance(obj, ScoreArgs) for obj in parsed):  # the scorer's environment, before any work
+        check_reward_env()
     return tuple(parsed)
 
 

@@ -11,14 +11,17 @@ on disjoint shares of the pending samples.
 Resume: samples already in `<output_dir>/<dataset>/generations*.jsonl` are not generated again; raising
 `--num_samples` or `--limit`, or adding datasets, on a rerun adds only the missing samples. A run whose
 provenance differs (model, data, prompt, sampling settings) is refused, or moved aside with `--overwrite`
-(`provenance.py`). Planning is `plan.py`, sampling `sampling.py` and `parallel.py`.
+(`provenance.py`); so is a run whose files do not match its provenance (`verify.py`). The run is locked against
+other writers while this stage runs (`lock.py`). Planning is `plan.py`, sampling `sampling.py` and `parallel.py`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from .args import GenerateArgs, PathArgs
+from . import records
+from .args import GenerateArgs, PathArgs, validate_generate
+from .lock import writer_lock
 from .modeling import materialize_merged
 from .parallel import launch_workers
 from .plan import plan_generation
@@ -31,6 +34,12 @@ __all__ = ["generate"]
 
 def generate(args: GenerateArgs, paths: PathArgs) -> dict:
     """Generate every missing sample of every dataset; returns throughput stats {dataset: {...}}."""
+    validate_generate(args)
+    with writer_lock(records.run_dir(paths.output_dir), "generate"):
+        return _generate(args, paths)
+
+
+def _generate(args: GenerateArgs, paths: PathArgs) -> dict:
     plan = plan_generation(args, paths)
     logger.info("backend=%s, %d samples to generate (%s)", plan.backend, plan.total,
                 ", ".join(f"{k}: {len(w.units)}" for k, w in plan.work.items()))

@@ -6,8 +6,9 @@ is loaded and the adapter merged into it (`merge_and_unload`), so generation run
 and data-parallel workers need a plain checkpoint, so for them the merged model is written once to
 `<output_dir>/merged_model`.
 
-The fingerprint of a local directory is a SHA-256 over the files that define the model (weights, configs,
-tokenizer and chat template; not optimizer or trainer state). Hashing a multi-GB checkpoint takes seconds, so a
+The fingerprint of a local directory is a SHA-256 over the files that define the model (`is_model_file`: weights,
+configs, tokenizer and chat template; not notes, optimizer or trainer state), and one per file, so a refused
+resume names the file that changed. Hashing a multi-GB checkpoint takes seconds, so a
 file whose size and modification time match the run's earlier record reuses its recorded hash. A Hub id is
 recorded by name only: pass a local snapshot to pin the exact weights.
 """
@@ -26,11 +27,27 @@ from .records import MERGED_DIR
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ModelSource", "fingerprint", "load_model", "load_model_and_tokenizer", "load_tokenizer",
-           "materialize_merged", "resolve_model"]
+__all__ = ["MODEL_FILES", "ModelSource", "fingerprint", "fingerprint_changes", "is_model_file", "load_model",
+           "load_model_and_tokenizer", "load_tokenizer", "materialize_merged", "resolve_model"]
 
-_MODEL_SUFFIXES = (".safetensors", ".bin", ".json", ".jinja", ".txt", ".model", ".gguf", ".tiktoken")
-_NOT_MODEL = ("trainer_state.json", "training_args.bin")  # training bookkeeping saved beside the weights
+# The files that define a model: weights, configs (generation config included), tokenizer and chat template.
+# Not notes, READMEs, logs, optimizer / scheduler / RNG state or trainer bookkeeping: adding such a file to a
+# checkpoint must not refuse a resume.
+MODEL_FILES = frozenset({
+    "config.json", "generation_config.json", "adapter_config.json", "preprocessor_config.json",
+    "processor_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "chat_template.json", "chat_template.jinja",
+    "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+})
+_MODEL_SUFFIXES = (".safetensors", ".gguf", ".tiktoken", ".safetensors.index.json", ".bin.index.json")
+_NOT_MODEL = ("training_args.bin",)  # training bookkeeping saved beside the weights
+
+
+def is_model_file(name: str) -> bool:
+    """Whether a file of a model directory is part of the model (and so of its fingerprint)."""
+    if name in MODEL_FILES or name.endswith(_MODEL_SUFFIXES):
+        return True
+    return name.endswith(".bin") and name not in _NOT_MODEL  # pytorch_model*.bin, adapter_model.bin
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,7 @@ def _dir_files(directory: Path, cache: dict) -> dict[str, dict]:
     """{file name: {size, mtime_ns, sha256}} of the files that define a model directory."""
     out = {}
     for p in sorted(directory.iterdir()):
-        if not p.is_file() or p.name in _NOT_MODEL or not p.name.endswith(_MODEL_SUFFIXES):
+        if not p.is_file() or not is_model_file(p.name):
             continue
         stat = p.stat()
         old = cache.get(p.name) or {}
@@ -112,6 +129,28 @@ def fingerprint(source: ModelSource, previous: dict | None = None) -> dict:
         files = _dir_files(path, ((previous.get(role) or {}).get("files")) or {})
         total = hashlib.sha256("".join(f"{name}\0{f['sha256']}\n" for name, f in files.items()).encode())
         out[role] = {"sha256": total.hexdigest(), "files": files}
+    return out
+
+
+def fingerprint_changes(old: dict | None, new: dict | None) -> list[str]:
+    """What differs between two `fingerprint`s, file by file (`base model.safetensors changed`); only files that
+    define the model count, also in a record written when more files did."""
+    out = []
+    for role in ("base", "adapter"):
+        o, n = (old or {}).get(role), (new or {}).get(role)
+        if not (isinstance(o, dict) and isinstance(n, dict)):
+            if (o or {}).get("sha256") != (n or {}).get("sha256"):
+                out.append(f"{role} {'now a Hub id' if n is None else 'now a local directory'}")
+            continue
+        of = {k: v.get("sha256") for k, v in (o.get("files") or {}).items() if is_model_file(k)}
+        nf = {k: v.get("sha256") for k, v in (n.get("files") or {}).items() if is_model_file(k)}
+        for name in sorted(of.keys() | nf.keys()):
+            if name not in nf:
+                out.append(f"{role} file {name} removed")
+            elif name not in of:
+                out.append(f"{role} file {name} added")
+            elif of[name] != nf[name]:
+                out.append(f"{role} file {name} changed")
     return out
 
 

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import records
+from .lock import lock_fd
 from .sampling import Work, generate_local
 
 __all__ = ["launch_workers", "run_worker"]
@@ -41,8 +42,8 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
         spec = {
             "args": dataclasses.asdict(args), "output_dir": str(out), "backend": backend_name, "rank": rank,
             "source": dataclasses.asdict(source), "disable_tqdm": disable_tqdm,
-            "work": {k: {"ids": w.ids, "prompts": w.prompts, "units": [list(u) for u in w.units[rank::dp]]}
-                     for k, w in work.items()},
+            "work": {k: {"ids": w.ids, "prompts": w.prompts, "units": [list(u) for u in w.units[rank::dp]],
+                         "tags": w.tags} for k, w in work.items()},
         }
         spec_path = out / f".dp_worker{rank}.json"
         records.write_json_atomic(spec_path, spec)
@@ -51,8 +52,10 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
             env["CUDA_VISIBLE_DEVICES"] = group
         # the cwd stays the user's, for relative --model paths
         env["PYTHONPATH"] = _PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env["ORDERGRAD_EVAL_PARENT"] = str(os.getpid())  # the worker ends when this process dies
         cmd = [sys.executable, "-m", "ordergrad_trl.evaluation.parallel", str(spec_path)]
-        procs.append(subprocess.Popen(cmd, env=env))
+        held = lock_fd(out)  # the worker shares the run's writer lock: it stays locked while any rank writes
+        procs.append(subprocess.Popen(cmd, env=env, pass_fds=(held,) if held is not None else ()))
     codes = [p.wait() for p in procs]
     if any(codes):
         raise RuntimeError(f"data-parallel generation workers exited with codes {codes} (ranks 0..{dp - 1}); "
@@ -80,14 +83,30 @@ def run_worker(spec_path: str) -> None:
     args = GenerateArgs(**spec["args"])
     out, rank = Path(spec["output_dir"]), spec["rank"]
     source = ModelSource(**spec["source"])
-    work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]]) for k, v in spec["work"].items()}
+    work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]], tags=v.get("tags"))
+            for k, v in spec["work"].items()}
     stats = generate_local(args, out, spec["backend"], source, load_tokenizer(source), work,
                            f"generations.rank{rank}.jsonl", rank=rank, disable_tqdm=spec["disable_tqdm"])
     records.write_json_atomic(out / f".dp_worker{rank}.stats.json", stats)
+
+
+def _exit_with(parent: int) -> None:
+    """End this worker when the parent dies (a SIGKILLed parent cannot stop it): no rank writes on unlocked."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 if __name__ == "__main__":
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if os.environ.get("ORDERGRAD_EVAL_PARENT", "").isdigit():
+        _exit_with(int(os.environ["ORDERGRAD_EVAL_PARENT"]))
     run_worker(sys.argv[1])

@@ -17,12 +17,20 @@ from . import records
 from .args import GenerateArgs, PathArgs, validate_generate
 from .devices import resolve_backend, visible_devices, worker_devices
 from .errors import UsageError
+from .lock import acquire
 from .modeling import ModelSource, fingerprint, load_tokenizer, resolve_model
-from .problems import check_keys, load_problems, problems_sha256
+from .problems import check_keys, load_problems, problems_index, problems_sha256
 from .progress import quiet_datasets
-from .provenance import PROVENANCE, check_or_replace, dataset_entry, read_provenance, run_entry
+from .provenance import (
+    PROVENANCE,
+    check_or_replace,
+    dataset_entry,
+    read_provenance,
+    run_entry,
+)
 from .sampling import Work
 from .tokens import prompt_ids
+from .verify import generation_tag, run_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +110,17 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     # 3. provenance: a run with other model, prompt, sampling or data is refused (or, --overwrite, moved aside)
     fp = fingerprint(source, _earlier_fingerprint(out, source)) if source is not None else None
     entries = {key: (dataset_entry(keys[key], args, subset), full) for key, (subset, full) in loaded.items()}
-    provenance = check_or_replace(out, run_entry(args, source, fp, tok), entries, args.overwrite)
+    acquire(out)  # one writer: a second one, or --overwrite while one writes, stops here
+    provenance = check_or_replace(out, run_entry(args, source, fp, tok), entries, args.overwrite, run_mismatch)
     # 4. write: provenance first (a kill from here on leaves a run that knows what it is), then the problems
     merged = {key: _merged_problems(out / key / "problems.jsonl", subset) for key, (subset, _) in loaded.items()}
     for key, (rows, _) in merged.items():
         entry, old = entries[key][0], provenance["datasets"].get(key)
         provenance["datasets"][key] = dict(
-            entry, limit=_limit(old["limit"], entry["limit"]) if old else entry["limit"],
-            num_problems=len(rows), problems_sha256=problems_sha256(rows))
+            entry, limit=_limit(old.get("limit"), entry["limit"]) if old else entry["limit"],
+            num_samples=max(entry["num_samples"], (old or {}).get("num_samples") or 0),  # sample indices < this
+            tagged=bool(old.get("tagged")) if old else True,  # rows of an older run carry no tags
+            num_problems=len(rows), problems_sha256=problems_sha256(rows), problems_index=problems_index(rows))
     out.mkdir(parents=True, exist_ok=True)
     records.write_json_atomic(out / PROVENANCE, provenance)
     for key, (rows, changed) in merged.items():
@@ -119,7 +130,8 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     # 5. what is still to generate (of this command's problems)
     work = {}
     for key, (subset, _) in loaded.items():
-        work[key] = Work(ids=[p["id"] for p in subset], prompts=prompts[key] or [None] * len(subset),
+        tags = [generation_tag(provenance, p) for p in subset] if provenance["datasets"][key]["tagged"] else None
+        work[key] = Work(ids=[p["id"] for p in subset], prompts=prompts[key] or [None] * len(subset), tags=tags,
                          units=_pending(out / key, subset, args.num_samples),
                          solutions=[p.get("solution") for p in subset] if backend == "reference" else None)
     return Plan(args, out, backend, groups, source, tok, fp, work)

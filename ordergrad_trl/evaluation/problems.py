@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import zlib
 from pathlib import Path
 
 from .args import GenerateArgs
 from .errors import MissingPathError, UsageError
 from .records import RUN_FILES
 
-__all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_sha256"]
+__all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_index", "problems_sha256"]
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # in any case: `.JSONL` too
 FILE_SPLITS = ("test", "validation", "train")
@@ -118,6 +119,16 @@ def problems_sha256(problems: list[dict]) -> str:
     """Hash of the problems' ids, question texts and golds, in order: what a run's numbers are numbers of."""
     canon = [[p["id"], p.get("question"), p["answer"]] for p in problems]
     return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _crc(value) -> int:
+    return zlib.crc32(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+def problems_index(problems: list[dict]) -> list[list]:
+    """`[id, crc of the question, crc of the gold]` per problem, in order: lets a check name the row and the field
+    an edit changed, where `problems_sha256` only says that something did."""
+    return [[p["id"], _crc(p.get("question")), _crc(p["answer"])] for p in problems]
 
 
 def load_problems(name: str, args: GenerateArgs, keep_solution: bool = False) -> tuple[list[dict], list[dict]]:

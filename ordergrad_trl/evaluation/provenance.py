@@ -47,12 +47,13 @@ def run_entry(args, source, fp: dict | None, tok) -> dict:
 
 
 def dataset_entry(name: str, args, problems: list[dict]) -> dict:
-    from .problems import _file_of, problems_sha256
+    from .problems import _file_of, problems_index, problems_sha256
 
     path = _file_of(name)
     source = str(path.resolve()) if path is not None else name
     return {"source": source, "split": args.split, "limit": args.limit, "local_data": args.local_data,
-            "num_problems": len(problems), "problems_sha256": problems_sha256(problems)}
+            "num_samples": args.num_samples, "num_problems": len(problems), "tagged": True,
+            "problems_sha256": problems_sha256(problems), "problems_index": problems_index(problems)}
 
 
 def read_provenance(out: Path) -> dict | None:
@@ -73,19 +74,24 @@ def read_provenance(out: Path) -> dict | None:
     raise UsageError(f"{path}: {problem}; restore it, or pass --overwrite to move the run aside and start afresh")
 
 
-def _model_id(model: dict) -> tuple:
-    """A local directory is its content (a moved checkpoint is the same model), a Hub id its name."""
-    fp = model.get("fingerprint") or {}
-    return tuple((fp.get(k) or {}).get("sha256") or model.get(k) for k in ("base", "adapter"))
+def _model_changes(old: dict, new: dict) -> list[str]:
+    """A local directory is its content (a moved checkpoint is the same model, a note added to it too), a Hub id its
+    name; a change names the file."""
+    from .modeling import fingerprint_changes
+
+    files = fingerprint_changes(old.get("fingerprint"), new.get("fingerprint"))
+    def local(m: dict, role: str) -> bool:
+        return isinstance((m.get("fingerprint") or {}).get(role), dict)
+
+    names = [r for r in ("base", "adapter") if not (local(old, r) and local(new, r)) and old.get(r) != new.get(r)]
+    if not files and not names:
+        return []
+    what = " (weights or config differ): " + ", ".join(files) if files else ""
+    return [f"model {old.get('model')} -> {new.get('model')}{what}"]
 
 
 def _run_changes(old: dict, new: dict) -> list[str]:
-    changes = []
-    if _model_id(old["model"]) != _model_id(new["model"]):
-        o, n = old["model"], new["model"]
-        local = all((m.get("fingerprint") or {}).get("base") for m in (o, n))  # directories: their files differ
-        changes.append(f"model {o.get('model')} -> {n.get('model')}" + (" (weights or config differ)" if local
-                                                                        else ""))
+    changes = _model_changes(old["model"], new["model"])
     for part in ("prompt", "sampling"):
         for k in new[part]:
             if old[part].get(k) != new[part][k]:
@@ -119,11 +125,12 @@ def _move_aside(out: Path) -> Path:
     return dest
 
 
-def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> dict:
+def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool, verify=None) -> dict:
     """The provenance to write for this run: the old one plus this run's new datasets, or `new` for a fresh run.
 
-    `datasets` is {key: (entry, fresh problems of the whole set)}. A run with other provenance is refused, or with
-    `overwrite` moved aside (nothing is deleted).
+    `datasets` is {key: (entry, fresh problems of the whole set)}. A run with other provenance, or whose files
+    `verify(out, old provenance)` finds a mismatch in (`verify.run_mismatch`), is refused, or with `overwrite`
+    moved aside (nothing is deleted).
     """
     try:
         old, changes = (read_provenance(out) if out.is_dir() else None), []
@@ -140,8 +147,11 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool) -> d
             changes.append(f"provenance schema {old.get('schema')!r} is not 1")
         else:
             changes += _run_changes(old, new)
+            mismatch = verify(out, old) if verify is not None else None  # its files: still what it recorded?
+            if mismatch:
+                changes.append(mismatch)
             for key, (entry, fresh) in datasets.items():
-                if key in old["datasets"]:
+                if isinstance(old["datasets"].get(key), dict):  # else `verify` named it above
                     run_problems = records.read_jsonl(out / key / "problems.jsonl")
                     changes += _dataset_changes(key, old["datasets"][key], entry, run_problems, fresh)
     if changes:

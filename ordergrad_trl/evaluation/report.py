@@ -28,6 +28,7 @@ from .args import PathArgs, ReportArgs, check_types
 from .errors import UsageError
 from .provenance import read_provenance
 from .render import plot, render_markdown
+from .verify import check_run
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +212,7 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
     reward_weights = parse_reward_weights(args.reward_weights)
     objectives = [parse_objective(o) for o in args.objectives]
     out, dirs = records.require_run(paths.output_dir, "report")
+    check_run(out, "report")  # every file checked against provenance.json before anything is read
     provenance = read_provenance(out)
     legacy = out / records.LEGACY_CONFIG  # runs written before provenance.json
     result = {

@@ -12,9 +12,18 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from .args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs
+from . import records
+from .args import (
+    GenerateArgs,
+    PathArgs,
+    ReportArgs,
+    ScoreArgs,
+    validate_generate,
+    validate_score,
+)
 from .errors import UsageError
 from .generate import generate
+from .lock import writer_lock
 from .report import check_args, parse_objective, report
 from .score import score
 
@@ -32,9 +41,12 @@ def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_args: ReportArgs, 
     big += [o for o in report_args.objectives if parse_objective(o)[1] > n]
     if big:
         raise UsageError(f"--ks / --objectives {' '.join(big)}: k > --num_samples {n}; every k must be <= n")
-    gen_stats = generate(gen_args, paths)
-    score_stats = score(score_args, paths)
-    return {"generate": gen_stats, "score": score_stats, "report": report(report_args, paths)}
+    validate_generate(gen_args)
+    validate_score(score_args)
+    with writer_lock(records.run_dir(paths.output_dir), "run"):  # one writer from the first sample to the report
+        gen_stats = generate(gen_args, paths)
+        score_stats = score(score_args, paths)
+        return {"generate": gen_stats, "score": score_stats, "report": report(report_args, paths)}
 
 
 def _split_options(options: dict, groups) -> list:
@@ -66,6 +78,7 @@ def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None =
                              "and output_dir=, not both")
         score_args, report_args, paths = _split_options({**options, "output_dir": os.fspath(generations)},
                                                         (ScoreArgs, ReportArgs, PathArgs))
+        check_args(report_args)  # before scoring: a bad report flag fails before the slow part
         score(score_args, paths)
         return report(report_args, paths)
     opts = {**options, "model": model, "output_dir": os.fspath(output_dir or PathArgs.output_dir)}

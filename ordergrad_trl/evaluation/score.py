@@ -8,7 +8,9 @@ math-verify in the same bounded pool of worker processes (hard wall-clock timeou
 so 0.0, or null when it was the gold's parse; `unscorable`: the gold parses to nothing), `format` (`format_reward`:
 exactly one closed `\\boxed{}`), `pred` (the normalized final answer used for majority voting) and a checksum of the
 completion.
-Resumable: samples already scored (same checksum) are skipped.
+Resumable: samples already scored (same checksum) are skipped; a score whose completion changed, or of a sample
+that is not in the run, is dropped and (the former) rescored. The run is verified first (`verify.check_run`) and
+locked against other writers for the whole stage (`lock.writer_lock`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from . import records
 from .answers import extract_answer
 from .args import PathArgs, ScoreArgs, validate_score
 from .errors import UsageError
+from .lock import acquire, writer_lock
 from .progress import progress
+from .verify import check_run
 
 logger = logging.getLogger(__name__)
 
@@ -31,26 +35,22 @@ __all__ = ["score", "score_dataset"]
 def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False) -> dict:
     from ordergrad_trl.tasks.rewards import format_reward, score_completions
 
-    golds = {}
-    for p in records.read_jsonl(dataset_dir / "problems.jsonl"):
-        if not isinstance(p.get("answer"), str):  # never score against a repr
-            raise UsageError(f"{dataset_dir / 'problems.jsonl'}: problem {p.get('id')!r} has the gold "
-                             f"{p.get('answer')!r}, not a string; regenerate the run into a new --output_dir")
-        golds[p["id"]] = p["answer"]
+    golds = {p["id"]: p["answer"] for p in records.read_jsonl(dataset_dir / "problems.jsonl", "problems")}
     samples = records.read_samples(dataset_dir)
     out = dataset_dir / "scores.jsonl"
     records.repair_tail(out)
-    scored = {(r["id"], int(r["sample"])): r for r in records.read_jsonl(out)}
+    scored = {(r["id"], r["sample"]): r for r in records.read_jsonl(out, "scores")}  # the first of a key
     todo = []
     for key, row in samples.items():
         old = scored.get(key)
-        if old is None or old.get("crc") != records.completion_crc(row["completion"]):
+        edited = old is not None and "check" in old and old["check"] != records.row_check(old)
+        if old is None or edited or old.get("crc") != records.completion_crc(row["completion"]):
             if key[0] not in golds:
                 raise UsageError(f"{dataset_dir}: sample of unknown problem id {key[0]!r} (not in problems.jsonl)")
             todo.append(row)
-    if any(k in scored for k in ((r["id"], int(r["sample"])) for r in todo)):
-        # a completion changed under an existing score: rewrite the file without the stale rows
-        stale = {(r["id"], int(r["sample"])) for r in todo}
+    stale = {(r["id"], r["sample"]) for r in todo} | (scored.keys() - samples.keys())
+    if stale & scored.keys():
+        # a completion changed under an existing score, or a score of no sample: rewrite the file without them
         records.write_jsonl_atomic(out, [r for k, r in scored.items() if k not in stale])
     t0, failures = time.perf_counter(), {"timeout": 0, "unscorable": 0}
     bar = progress(len(todo), f"score {dataset_dir.name}", "sample", disable_tqdm)
@@ -64,11 +64,10 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
         for s in status:
             failures[s] = failures.get(s, 0) + 1
         fmt = format_reward(texts)
-        records.append_jsonl(out, [
-            {"id": r["id"], "sample": int(r["sample"]), "correct": c, "status": st, "format": f,
-             "pred": extract_answer(t), "crc": records.completion_crc(t)}
-            for r, c, st, f, t in zip(chunk, correct, status, fmt, texts)
-        ])
+        rows = [{"id": r["id"], "sample": r["sample"], "correct": c, "status": st, "format": f,
+                 "pred": extract_answer(t), "crc": records.completion_crc(t)}
+                for r, c, st, f, t in zip(chunk, correct, status, fmt, texts)]
+        records.append_jsonl(out, [dict(row, check=records.row_check(row)) for row in rows])
         bar.update(len(chunk))
         logger.info("%s: scored %d/%d", dataset_dir.name, start + len(chunk), len(todo))
     bar.close()
@@ -81,4 +80,7 @@ def score(args: ScoreArgs, paths: PathArgs) -> dict:
     """Score every generated sample not scored yet; returns stats {dataset: {...}}."""
     validate_score(args)
     out, dirs = records.require_run(paths.output_dir, "score")
-    return {d.name: score_dataset(d, args, paths.disable_tqdm) for d in dirs}
+    with writer_lock(out, "score"):
+        acquire(out)
+        check_run(out, "score")
+        return {d.name: score_dataset(d, args, paths.disable_tqdm) for d in dirs}

@@ -2,7 +2,8 @@
 
 The correctness reward (`ordergrad_trl.tasks.rewards.math_reward`) and `eval/` score through it; other trainers
 (e.g. a verl reward) can call `score_completions(..., return_status=True)` directly. Public API: `score_completions`,
-`shutdown`, and `reward_env_settings` (the two environment variables, checked).
+`shutdown`, `reward_env_settings` (the two environment variables, checked) and the bounds `check_timeout`,
+`check_workers` (`max_workers`). A worker ends itself within a second of its parent's death (SIGKILL included).
 
 Correctness is scored out of process. math-verify bounds its own work with `signal.alarm`, which raises off the
 main thread (TRL may call rewards from any thread), is cancelled by any other alarm, and cannot stop C code that
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import re
 import subprocess
@@ -50,16 +50,51 @@ import time
 from collections import Counter, OrderedDict, deque
 from multiprocessing.connection import Connection, Pipe, wait
 
+if __package__:  # not in a worker, which loads this file by path, outside the package, and needs none of them
+    from .reward_settings import (  # noqa: F401 (the pool's bounds and settings, re-exported)
+        MAX_TIMEOUT_S,
+        MAX_WORKERS_PER_CPU,
+        MIN_TIMEOUT_S,
+        _cpus,
+        _default_workers,
+        check_timeout,
+        check_workers,
+        max_workers,
+        reward_env_settings,
+    )
+
+    reward_env_settings()  # a malformed variable fails at import, before any training step
+
 logger = logging.getLogger(__name__)
 
 _STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded node can be slow; failing to start at all is an error
-_DEFAULT_TIMEOUT_S = 10.0
 _MARGIN_S = 1.0  # math-verify's alarms end this much before the parent's kill, so its time-out is what we see
 _GOLD_CACHE = 4096
+_KILL_FLOOR_S = 0.25  # below this a time-out marks the item but the worker is left to finish it (no restart)
 _BOOT = (
     "import importlib.util as u, sys; s = u.spec_from_file_location('_ordergrad_reward_worker', sys.argv[1]); "
-    "m = u.module_from_spec(s); s.loader.exec_module(m); m._worker_main(int(sys.argv[2]))"
+    "m = u.module_from_spec(s); s.loader.exec_module(m); m._die_with_parent(int(sys.argv[3]), sys.argv[4] == '1'); "
+    "m._worker_main(int(sys.argv[2]))"
 )
+
+
+def _die_with_parent(parent: int, pdeathsig: bool) -> None:
+    """A worker's first act, before the slow imports: end when the parent dies (a SIGKILLed parent runs no atexit),
+    by PR_SET_PDEATHSIG where Linux has it and, everywhere, a thread polling the parent's pid."""
+    if pdeathsig:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+        except (OSError, AttributeError):  # not Linux
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _worker_main(fd: int) -> None:
@@ -131,14 +166,21 @@ def _worker_main(fd: int) -> None:
 class _Worker:
     def __init__(self) -> None:
         parent, child = Pipe()
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends: only safe from the main thread
+        main = "1" if threading.current_thread() is threading.main_thread() else "0"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, os.path.abspath(__file__), str(child.fileno())],
+            [sys.executable, "-c", _BOOT, os.path.abspath(__file__), str(child.fileno()), str(os.getpid()), main],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,  # no terminal SIGINT
         )
         child.close()
         self.conn, self.ready, self.pending = parent, False, deque()  # pending: item ids sent, not yet answered
         self.parsing_gold = False
-        self.deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        self.overdue = False  # pending[0] was already counted as timed out; its late answer is dropped
+        self.deadline = self.kill_at = time.monotonic() + _STARTUP_TIMEOUT_S
+
+    def heard(self, timeout_s: float) -> None:  # any message restarts the clocks
+        now = time.monotonic()
+        self.deadline, self.kill_at = now + timeout_s, now + max(timeout_s, _KILL_FLOOR_S)
 
     def stop(self, graceful: bool = False) -> None:
         try:
@@ -173,7 +215,7 @@ class _Pool:
         status = ["ok"] * n
         todo, left, failed_golds = deque(range(n)), n, set()  # golds whose parse outlived the hard bound
         chunk = max(1, min(32, -(-n // (4 * len(self.workers)))))
-        while left:
+        while left or any(w.pending for w in self.workers):  # late answers drained: none leaks into a next call
             for k, w in enumerate(self.workers):  # hand a chunk to every idle worker
                 ids = []
                 while w.ready and not w.pending and todo and len(ids) < chunk:
@@ -190,11 +232,12 @@ class _Pool:
                         self._replace(k)
                         continue
                     w.pending.extend(ids)
-                    w.deadline = time.monotonic() + timeout_s
-            if not left:
-                break
+                    w.heard(timeout_s)
             busy = [w for w in self.workers if w.pending or not w.ready]
-            wait([w.conn for w in busy], max(0.0, min(w.deadline for w in busy) - time.monotonic()))
+            if not busy:
+                continue
+            wait([w.conn for w in busy], max(0.0, min(w.kill_at if w.overdue else w.deadline for w in busy)
+                                             - time.monotonic()))
             for k, w in enumerate(self.workers):
                 if w not in busy:
                     continue
@@ -207,20 +250,28 @@ class _Pool:
                             w.parsing_gold = msg[0] == "gold"
                         elif msg[0] != w.pending.popleft():
                             raise RuntimeError(f"{__name__}: a worker answered out of order")
+                        elif w.overdue:  # counted as a time-out already
+                            w.overdue = False
+                        elif golds[msg[0]] in failed_golds:  # its gold timed out for another item of this call
+                            out[msg[0]], status[msg[0]], left = None, "timeout", left - 1
                         else:
                             out[msg[0]], status[msg[0]], left = msg[1], msg[2], left - 1
-                        w.deadline = time.monotonic() + timeout_s
+                        w.heard(timeout_s)
                     dead = False
                 except (EOFError, OSError):
                     dead = True  # e.g. the OOM killer took it on a hostile item
-                if dead or time.monotonic() > w.deadline:
+                now = time.monotonic()
+                if w.ready and w.pending and not w.overdue and (dead or now > w.deadline):
+                    i = w.pending[0]  # the item it is on is the culprit
+                    if w.parsing_gold:  # its gold: unscorable in this call, for every item that shares it
+                        failed_golds.add(golds[i])
+                    out[i], status[i], left = (None if w.parsing_gold else 0.0), "timeout", left - 1
+                    w.overdue = True
+                if dead or now > w.kill_at:
                     if not w.ready:
                         raise RuntimeError(f"{__name__}: a math-verify worker failed to start")
-                    if w.pending:  # the item it was on is the culprit; the rest goes back to the queue
-                        i = w.pending.popleft()
-                        if w.parsing_gold:  # its gold: unscorable in this call, for every item that shares it
-                            failed_golds.add(golds[i])
-                        out[i], status[i], left = (None if w.parsing_gold else 0.0), "timeout", left - 1
+                    if w.pending:  # the culprit is counted; the rest goes back to the queue
+                        w.pending.popleft()
                         todo.extendleft(reversed(w.pending))
                         w.pending.clear()
                     self._replace(k)
@@ -230,38 +281,6 @@ class _Pool:
 _LOCK = threading.Lock()
 _POOL: _Pool | None = None
 
-
-def _cpus() -> int:
-    """CPUs this process may run on; macOS has no `sched_getaffinity`."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
-
-
-def _default_workers() -> int:
-    per_rank = _cpus() // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(1, min(4, per_rank))
-
-
-def reward_env_settings() -> tuple[float, int]:
-    """`(timeout_s, num_workers)` from $ORDERGRAD_REWARD_TIMEOUT_S (default 10) and $ORDERGRAD_REWARD_WORKERS
-    (default min(4, cpus / $LOCAL_WORLD_SIZE)); a malformed value raises `ValueError` naming the variable. Checked
-    when this module is imported (so before training starts) and again by every call that relies on them."""
-    timeout_text = os.environ.get("ORDERGRAD_REWARD_TIMEOUT_S", str(_DEFAULT_TIMEOUT_S))
-    try:
-        timeout_s = float(timeout_text)
-    except ValueError:
-        timeout_s = math.nan
-    if not timeout_s > 0 or math.isinf(timeout_s):
-        raise ValueError(f"ORDERGRAD_REWARD_TIMEOUT_S must be a number of seconds > 0 (e.g. 10), got {timeout_text!r}")
-    workers_text = os.environ.get("ORDERGRAD_REWARD_WORKERS")
-    if workers_text is None:
-        return timeout_s, _default_workers()
-    if not (workers_text.strip().isascii() and workers_text.strip().isdigit() and int(workers_text) >= 1):
-        raise ValueError(f"ORDERGRAD_REWARD_WORKERS must be an integer >= 1 (e.g. 4), got {workers_text!r}")
-    return timeout_s, int(workers_text)
-
-
-reward_env_settings()  # a malformed variable fails at import, before any training step
 
 
 def shutdown() -> None:
@@ -294,10 +313,13 @@ def score_completions(
     timed out), None if the gold does not parse (or its parse timed out). Golds are plain answers (`\\frac{1}{2}`,
     `18`) or already `$..$`/`\\boxed{}` wrapped.
 
-    `timeout_s` (default $ORDERGRAD_REWARD_TIMEOUT_S, else 10) is the hard wall-clock bound per item, and again
-    per gold parse; `num_workers` (default $ORDERGRAD_REWARD_WORKERS, else min(4, cpus / $LOCAL_WORLD_SIZE)) sizes
-    this process's pool. With `return_status`, returns `(scores, statuses)`, each status "ok", "timeout" or
-    "unscorable". Time-outs and unscorable items are also logged as a warning.
+    `timeout_s` (default $ORDERGRAD_REWARD_TIMEOUT_S, else 10; in [1 ms, 1 h]) is the hard wall-clock bound per
+    item, and again per gold parse; `num_workers` (default $ORDERGRAD_REWARD_WORKERS, else min(4, cpus /
+    $LOCAL_WORLD_SIZE); at most 4 x the CPUs) sizes this process's pool. Below 0.25 s an item past its bound is
+    counted as timed out but its worker, unless silent for 0.25 s, is not killed: restarting a worker costs
+    seconds, so killing one per item would make a tiny bound take longer than a generous one. With
+    `return_status`, returns `(scores, statuses)`, each status "ok", "timeout" or "unscorable". Time-outs and
+    unscorable items are also logged as a warning.
     """
     global _POOL
     if len(predictions) != len(golds):
@@ -307,12 +329,8 @@ def score_completions(
         if bad:
             raise ValueError(f"{name} must be strings, got {type(bad[0]).__name__}: {bad[0]!r:.80}")
     env_timeout_s, env_workers = reward_env_settings()
-    timeout_s = env_timeout_s if timeout_s is None else timeout_s
-    if not timeout_s > 0:
-        raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s}")
-    num_workers = env_workers if num_workers is None else num_workers
-    if not (isinstance(num_workers, int) and num_workers >= 1):
-        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+    timeout_s = check_timeout(env_timeout_s if timeout_s is None else timeout_s)
+    num_workers = check_workers(env_workers if num_workers is None else num_workers)
     if not predictions:
         return ([], []) if return_status else []
     with _LOCK:

@@ -1,0 +1,34 @@
+"""Run directories written by hand in tests, made whole: the `provenance.json` that `generate` would have written.
+
+Every stage checks a run against its provenance (`ordergrad_trl.evaluation.verify`), so a test that writes
+`problems.jsonl` and `generations.jsonl` itself records them with `adopt(out)` before it scores or reports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ordergrad_trl.evaluation import records
+from ordergrad_trl.evaluation.problems import problems_index, problems_sha256
+
+
+def adopt(out: str | Path, num_samples: int | None = None) -> dict:
+    """Write `out/provenance.json` for the datasets found in `out` (n: `num_samples`, else the largest sample index
+    + 1 per dataset); returns it."""
+    out = Path(out)
+    datasets = {}
+    for d in records.dataset_dirs(out):
+        problems = records.read_jsonl(d / "problems.jsonl")
+        n = num_samples or 1 + max((s for _, s in records.read_samples(d)), default=0)
+        datasets[d.name] = {"source": d.name, "split": "test", "limit": None, "local_data": False, "num_samples": n,
+                            "num_problems": len(problems), "problems_sha256": problems_sha256(problems),
+                            "problems_index": problems_index(problems)}
+    provenance = {
+        "schema": 1, "model": {"model": "reference", "base": None, "adapter": None, "fingerprint": None},
+        "prompt": {"system_prompt": None, "user_template": None, "use_chat_template": True,
+                   "chat_template_sha256": None},
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 1024},
+        "datasets": datasets,
+    }
+    records.write_json_atomic(out / records.PROVENANCE, provenance)
+    return provenance
