@@ -58,6 +58,10 @@ from ordergrad_trl.training.resolved_config import (
     RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
 )
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from math_cvar_inputs import InputError, check_inputs, held_warnings  # noqa: E402
+
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
 
 
@@ -270,75 +274,6 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.end()
 
 
-class InputError(ValueError):
-    """Bad input found after parsing (a data file, a model path): one line, exit status 2, like a bad flag."""
-
-
-def _check_data(name: str | None, field_name: str) -> None:
-    """A local data file (a path that exists, or one named like a data file) is read and checked row by row here,
-    by eval's checker, so a broken line is named by file and line before any model loads."""
-    from ordergrad_trl.evaluation.errors import UsageError
-    from ordergrad_trl.evaluation.problems import DATA_SUFFIXES, check_data_file
-
-    path = Path(name).expanduser() if name else None
-    if path is None or not (path.exists() or path.suffix.lower() in DATA_SUFFIXES or name.startswith((".", "/", "~"))):
-        return  # a registered set or a Hub id: load_math_dataset names what is wrong with those
-    if path.is_dir():
-        raise InputError(f"{field_name} {name}: is a directory; give a .jsonl, .json or .parquet file")
-    if not path.is_file():
-        raise InputError(f"{field_name} {name}: no such file (relative to {Path.cwd()})")
-    if path.suffix.lower() not in DATA_SUFFIXES:
-        raise InputError(f"{field_name} {name}: not a data file; give a .jsonl, .json or .parquet file")
-    try:
-        check_data_file(name, path)
-    except UsageError as err:  # it names eval's flag: name ours
-        raise InputError(str(err).replace(f"--datasets {name}", f"{field_name} {name}", 1)) from None
-    except OSError as err:
-        raise InputError(f"{field_name} {name}: cannot read it ({err.strerror or err})") from None
-
-
-def _check_output_dir(output_dir: str) -> None:
-    """Write a probe where `output_dir` is (or will be created): a typo'd or read-only path fails now, not after
-    training. Leaves nothing behind (the folder itself is created by the trainer)."""
-    import tempfile
-
-    path = Path(output_dir).expanduser()
-    existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
-    if not existing.is_dir():
-        raise InputError(f"output_dir {output_dir}: {existing} is a file, not a folder")
-    try:
-        tempfile.TemporaryDirectory(dir=existing, prefix=".write-test-").cleanup()
-    except OSError as err:
-        raise InputError(f"output_dir {output_dir}: cannot write in {existing} ({err.strerror or err})") from None
-
-
-def check_inputs(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig) -> None:
-    """The cross-field and filesystem checks no single argument class can make; InputError names the field."""
-    funcs, weights = script_args.reward_funcs, training_args.reward_weights
-    if weights is not None and len(weights) != len(funcs):
-        raise InputError(f"reward_weights {list(weights)} has {len(weights)} entries but reward_funcs {funcs} has "
-                         f"{len(funcs)}: give one weight per reward function, in the same order")
-    objectives = training_args.ordergrad_reward_objectives
-    if objectives is not None and len(objectives) != len(funcs):
-        raise InputError(f"ordergrad_reward_objectives {list(objectives)} has {len(objectives)} entries but "
-                         f"reward_funcs {funcs} has {len(funcs)}: give one objective per reward function, in order")
-    model = model_args.model_name_or_path
-    if model is not None:
-        path = Path(model).expanduser()
-        if path.is_file():
-            raise InputError(f"model_name_or_path {model}: is a file; give a model folder (with config.json) or a "
-                             "Hub id")
-        if path.is_dir() and not (path / "config.json").is_file():
-            raise InputError(f"model_name_or_path {model}: the folder has no config.json (not a saved model)")
-        if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model):
-            raise InputError(f"model_name_or_path {model}: no such folder (relative to {Path.cwd()}), and not a "
-                             "Hub id (org/name)")
-    _check_data(script_args.dataset_name, "dataset_name")
-    if script_args.max_eval_samples != 0:
-        _check_data(script_args.eval_dataset_name, "eval_dataset_name")
-    _check_output_dir(training_args.output_dir)
-
-
 def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> tuple:
     """The three argument groups; bad input (a missing or broken `--config`, a key given twice, a bad setting, a
     missing data file or model folder, an unwritable output_dir) exits with one line and status 2, as argparse
@@ -367,9 +302,10 @@ def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> 
     if not config.is_file():
         fail(f"--config {config}: no such file (relative to {Path.cwd()})")
     try:
-        from_yaml = _load_config(argv[at])  # TrlParser reads it again, keeping the last of a repeated key
-        parsed = parser.parse_args_and_config(argv)
-        check_inputs(*parsed)
+        with held_warnings():  # shown once all is valid; on bad input the error is the only line
+            from_yaml = _load_config(argv[at])  # TrlParser reads it again, keeping the last of a repeated key
+            parsed = parser.parse_args_and_config(argv)
+            check_inputs(*parsed)
     except ValueError as err:  # a bad setting, named by the config's checks (UsageError and InputError are ones)
         fail(str(err))
     if given is not None:
