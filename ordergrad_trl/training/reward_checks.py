@@ -27,10 +27,10 @@ def _is_async(func) -> bool:
 def _bad_value(value) -> bool:
     if value is None:  # TRL's mark for a rollout the function cannot score
         return False
-    if isinstance(value, (str, bytes, bytearray)):  # float("1") would accept a numeric string
+    if isinstance(value, (str, bytes, bytearray)) or getattr(value, "ndim", 0) != 0:  # float("1"), float([1])
         return True
     try:
-        float(value)  # numbers, numpy scalars, one-element tensors
+        float(value)  # numbers, numpy scalars, 0-d tensors
     except (TypeError, ValueError, RuntimeError):
         return True
     return False
