@@ -47,10 +47,13 @@ def test_resolved_config_holds_every_field_and_the_plan(cpu_training_args):
 
 
 def test_describe_settings_shows_the_resolved_value_of_each_given_setting(cpu_training_args):
-    args = _config(cpu_training_args, learning_rate=3e-4, ordergrad_objective="TopM:2", ordergrad_k=2)
-    lines = describe_settings({"learning_rate": "config", "ordergrad_k": "command line", "not_a_field": "config"},
-                              {"training": args})  # fmt: skip
-    assert lines == ["learning_rate = 0.0003  (config)", "ordergrad_k = 2  (command line)"]
+    args = _config(cpu_training_args, learning_rate=3e-4, ordergrad_objective="TopM:2", ordergrad_k=2,
+                   lr_scheduler_type="constant")
+    given = {"learning_rate": "config", "ordergrad_k": "command line", "not_a_field": "config",
+             "lr_scheduler_type": "config"}  # fmt: skip
+    lines = describe_settings(given, {"training": args})
+    assert lines == ["learning_rate = 0.0003  (config)", "ordergrad_k = 2  (command line)",
+                     "lr_scheduler_type = 'constant'  (config)"]  # an enum by its value, as written
 
 
 def test_saved_in_output_dir_and_beside_each_checkpoint(tiny_model, tiny_tokenizer, cpu_training_args, tmp_path):

@@ -92,7 +92,7 @@ def describe_settings(given: dict[str, str], groups: dict[str, object]) -> list[
     values = {}
     for group in groups.values():
         values.update({f.name: getattr(group, f.name) for f in dataclasses.fields(group)})
-    return [f"{name} = {values[name]!r}  ({where})" for name, where in given.items() if name in values]
+    return [f"{name} = {_plain(values[name])!r}  ({where})" for name, where in given.items() if name in values]
 
 
 class SaveResolvedConfig(TrainerCallback):
