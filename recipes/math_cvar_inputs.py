@@ -14,22 +14,22 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["InputError", "check_inputs", "held_warnings"]
+__all__ = ["InputError", "check_inputs", "held_warnings", "quiet_progress"]
 
 
 class InputError(ValueError):
     """Bad input found after parsing (a data file, a model path): one line, exit status 2, like a bad flag."""
 
 
-def _check_data(name: str | None, field_name: str) -> None:
+def _check_data(name: str, field_name: str) -> None:
     """A local data file (a path that exists, or one named like a data file) is read and checked row by row here,
     by eval's checker, so a broken line is named by file and line before any model loads."""
     from ordergrad_trl.evaluation.errors import UsageError
     from ordergrad_trl.evaluation.problems import DATA_SUFFIXES, check_data_file
 
-    path = Path(name).expanduser() if name else None
-    if path is None:
-        return
+    if not name.strip():
+        raise InputError(f"{field_name} is empty: give a registered set, a Hub id or a .jsonl/.json/.parquet file")
+    path = Path(name).expanduser()
     if not (path.exists() or path.suffix.lower() in DATA_SUFFIXES or name.startswith((".", "/", "~"))):
         if "/" not in name:  # a registered set (a Hub id, org/name, is only known once loaded)
             from ordergrad_trl.tasks.data import get_math_set
@@ -77,6 +77,9 @@ def check_inputs(script_args, training_args, model_args) -> None:
         raise InputError(f"ordergrad_reward_objectives {list(objectives)} has {len(objectives)} entries but "
                          f"reward_funcs {funcs} has {len(funcs)}: give one objective per reward function, in order")
     model = model_args.model_name_or_path
+    if model is not None and not model.strip():
+        raise InputError("model_name_or_path is empty: give a model folder or a Hub id, or leave it unset (null) for "
+                         "the default model")
     if model is not None:
         path = Path(model).expanduser()
         if path.is_file():
@@ -87,30 +90,48 @@ def check_inputs(script_args, training_args, model_args) -> None:
         if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model):
             raise InputError(f"model_name_or_path {model}: no such folder (relative to {Path.cwd()}), and not a "
                              "Hub id (org/name)")
-    _check_data(script_args.dataset_name, "dataset_name")
-    if script_args.max_eval_samples != 0:
+    _check_data(script_args.dataset_name or "", "dataset_name")
+    if script_args.max_eval_samples != 0 and script_args.eval_dataset_name:  # unset or "": the training set's
         _check_data(script_args.eval_dataset_name, "eval_dataset_name")
     _check_output_dir(training_args.output_dir)
 
 
 @contextmanager
-def held_warnings():
-    """Hold back the warnings and the package's log warnings raised inside, and show them only if it succeeds: on bad
-    input the error is the one line printed, not the third of three."""
-    logger = logging.getLogger("ordergrad_trl")
+def held_warnings(loggers: tuple[str, ...] = ("ordergrad_trl", "datasets")):
+    """Hold back warnings, and the records of these loggers, raised inside; show them only if the block succeeds: on
+    bad input the error is the one line printed, not the third of three. Nests: an inner block hands its records to
+    the outer one."""
+    held = [logging.getLogger(name) for name in loggers]
+    saved = [(log.handlers[:], log.propagate) for log in held]
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append
-    propagate, logger.propagate = logger.propagate, False
-    logger.addHandler(handler)
+    for log in held:
+        log.handlers, log.propagate = [handler], False
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("default")
             yield
     finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
+        for log, (handlers, propagate) in zip(held, saved):
+            log.handlers, log.propagate = handlers, propagate
     for record in records:  # only reached without an error
-        logger.handle(record)
+        logging.getLogger(record.name).handle(record)
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+@contextmanager
+def quiet_progress(local: bool):
+    """No datasets progress bars while a local file or built-in set loads (a second at most; on an error they would
+    be lines before the one error line); a Hub download keeps them."""
+    import datasets
+
+    was = datasets.are_progress_bars_disabled()
+    if local:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if local and not was:
+            datasets.enable_progress_bars()
