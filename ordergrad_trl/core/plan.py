@@ -126,7 +126,7 @@ def weight_scale_problem(weights: torch.Tensor, n: int) -> str | None:
     once, so their advantages show the weights' effective scale: weights finite on their own can still give
     advantages that overflow (`1e308,1e308`: inf, then NaN, then 0 after TRL's `nan_to_num`), whose squares (the
     gradient norm) overflow, or that round to 0 or to float32 subnormals (`1e-320,0`): either way nothing trains."""
-    from .advantage import lstat_advantage  # here: the merge of this check stays one function and its call
+    from .advantage import lstat_advantage  # the plan's only use of the kernel
 
     k = weights.numel()
     groups = (torch.arange(n)[None, :] < torch.arange(n + 1)[:, None]).to(torch.float64)  # (n+1, n), row c: c ones
