@@ -127,3 +127,17 @@ def test_every_preset_still_trains_at_small_and_large_groups():
     for preset in PRESETS:  # each example is valid at K=4 (the docs' table)
         for n in (5, 64, 1024):
             plan(objective=preset.example, k=4, num_generations=n)
+
+
+@pytest.mark.parametrize("weights,why", [
+    ([1e308], "are inf in float32"), ([1.0, 3.5e38], "are inf in float32"), ([-1e39, 1.0], "are inf in float32"),
+    ([1e-320], "are all zero in float32"), ([1e-46, 0.0], "are all zero in float32"),
+])  # fmt: skip
+def test_reward_weights_that_float32_cannot_hold_are_refused(cpu_training_args, weights, why):
+    from ordergrad_trl import OrderGradConfig
+
+    assert torch.tensor(weights, dtype=torch.float32).isinf().any() or not torch.tensor(weights).float().any()
+    with pytest.raises(ValueError, match=rf"^reward_weights .* {why}, the dtype TRL keeps them in"):
+        OrderGradConfig(**cpu_training_args, reward_weights=weights)
+    fine = [1e38, 1e-44]  # both representable in float32
+    assert OrderGradConfig(**cpu_training_args, reward_weights=fine).reward_weights == fine
