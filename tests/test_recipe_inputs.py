@@ -44,6 +44,13 @@ CASES = [
     ("subnormal_objective", ["--ordergrad_objective", "1e-320,0", "--ordergrad_k", "2"],
      "ordergrad_objective='1e-320,0' at ordergrad_k=2, num_generations=8: its largest advantage is"),
     ("bad_flag_value", ["--learning_rate", "abc"], "argument --learning_rate/--learning-rate: invalid float value"),
+    ("empty_data_file", ["--dataset_name", "empty.jsonl"], "dataset_name empty.jsonl: no problems (the file is empty)"),
+    ("broken_parquet", ["--dataset_name", "bad.parquet", "--max_eval_samples", "0"],
+     "dataset_name bad.parquet: Parquet magic bytes not found"),  # found by the loader, after parsing
+    ("row_without_question", ["--dataset_name", "no_question.jsonl", "--max_eval_samples", "0"],
+     "dataset_name no_question.jsonl: custom row 0: no question could be extracted"),
+    ("reward_weight_overflows_float32", ["--reward_weights", "1e308"], "reward_weights [1e+308] are inf in float32"),
+    ("reward_funcs_twice", ["--reward_funcs", "math", "math"], "reward_funcs ['math', 'math'] lists ['math'] more than"),
 ]  # fmt: skip
 
 
@@ -53,6 +60,9 @@ def _prepare(tmp: Path) -> None:
     (tmp / "broken.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": \n')
     (tmp / "list_gold.jsonl").write_text('{"problem": "5*5", "answer": ["25"]}\n')
     (tmp / "a_file").write_text("not a folder")
+    (tmp / "empty.jsonl").write_text("")
+    (tmp / "bad.parquet").write_text("not parquet")
+    (tmp / "no_question.jsonl").write_text('{"answer": "2"}\n')
 
 
 @pytest.fixture(scope="module")
