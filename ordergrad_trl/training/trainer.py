@@ -24,7 +24,6 @@ from ..core.advantage import _float64_device, lstat_value
 from ..core.estimators import scale_advantages
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
-from .reward_checks import checked_reward_funcs
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +139,8 @@ class OrderGradTrainer(GRPOTrainer):
                 f"there are {len(self.reward_funcs)} reward functions {self.reward_func_names}: give one objective "
                 "per reward function, in the same order."
             )
+        from .reward_checks import checked_reward_funcs  # local: this seam stays self-contained
+
         # a string or a list from a reward function then fails naming it, not deep in TRL's torch.tensor(...)
         self.reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
