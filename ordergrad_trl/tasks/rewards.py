@@ -1,12 +1,61 @@
-"""TRL reward functions for math RL: correctness (math-verify, scored by `math_verify_pool`), format, length penalty."""
+"""TRL reward functions for math RL: correctness (math-verify, scored by `math_verify_pool`), format, length penalty.
+
+`REWARDS` is the one registry of them by name (what a recipe's `reward_funcs: [math, length]` means), filled by
+`@register_reward` where each function is defined; `get_reward_funcs` binds them to a training config.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+import numbers
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .math_verify_pool import score_completions
 
-__all__ = ["math_reward", "format_reward", "length_penalty", "score_completions"]
+__all__ = ["REWARDS", "get_reward_funcs", "gold_text", "math_reward", "register_reward", "format_reward", "length_penalty", "score_completions"]
+
+
+@dataclass(frozen=True)
+class RewardEntry:
+    """A registered reward: `func` as TRL calls it once `bind(args)` (keyword arguments from the training config,
+    e.g. the length budget) is bound; `help` is one line for lists and help texts."""
+
+    name: str
+    func: Callable
+    help: str
+    bind: Callable[[object], dict] | None = None
+
+
+REWARDS: dict[str, RewardEntry] = {}
+
+
+def register_reward(name: str, help: str, bind: Callable[[object], dict] | None = None) -> Callable:
+    """Decorator: register a TRL reward function as `name` (a name already taken is refused)."""
+
+    def register(func: Callable) -> Callable:
+        if name in REWARDS:
+            raise ValueError(f"reward {name!r} is already registered (to {REWARDS[name].func.__qualname__})")
+        REWARDS[name] = RewardEntry(name, func, help, bind)
+        return func
+
+    return register
+
+
+def get_reward_funcs(names: list[str], args) -> list[Callable]:
+    """The registered reward functions `names`, bound to the training config `args` (`OrderGradConfig`). A bound
+    one is a `functools.partial` that carries its function's name (`update_wrapper`), so TRL logs
+    `rewards/length_penalty/mean`, not `partial`. Unknown names raise `ValueError` listing the registered ones."""
+    unknown = [name for name in names if name not in REWARDS]
+    if unknown:
+        raise ValueError(f"reward_funcs {unknown} unknown: choose from {list(REWARDS)}")
+    funcs = []
+    for entry in (REWARDS[name] for name in names):
+        bound = entry.func if entry.bind is None else functools.partial(entry.func, **entry.bind(args))
+        funcs.append(bound if bound is entry.func else functools.update_wrapper(bound, entry.func))
+    return funcs
 
 
 def _text(completion) -> str:
@@ -19,6 +68,29 @@ def _text(completion) -> str:
     return content or ""
 
 
+def gold_text(answer, where: str = "the gold answer") -> str:
+    """The gold `answer` as math-verify's text: a string as is, a finite int/float (AIME, AMC columns) as its
+    digits, None as "" (no gold: the completion is unscorable). Anything else -- a list, a dict, a bool, NaN --
+    raises `ValueError` naming `where` (the row): `str()` would turn `['25']` into a gold no answer equals."""
+    if answer is None or isinstance(answer, str):
+        return answer or ""
+    if isinstance(answer, numbers.Real) and not isinstance(answer, bool) and math.isfinite(answer):
+        return str(answer)
+    raise ValueError(
+        f"math_reward: {where} is a {type(answer).__name__} ({answer!r:.60}); a gold answer must be a string or "
+        "a finite number: fix the dataset's `answer` column"
+    )
+
+
+def _row(index: int, ids, prompts) -> str:
+    """`the gold answer of row 3 of this batch (id 'train-17')`: the id column if the data has one, else the prompt."""
+    if ids is not None:
+        return f"the gold answer of row {index} of this batch (id {ids[index]!r})"
+    tail = f" (prompt {_text(prompts[index])[-80:]!r})" if prompts is not None else ""
+    return f"the gold answer of row {index} of this batch{tail}"
+
+
+@register_reward("math", "1 if the final answer equals the gold per math-verify, else 0")
 def math_reward(completions, answer, log_metric=None, **kwargs) -> list[float | None]:
     """TRL reward: 1.0 if the completion's final answer (last `\\boxed{}`, else last expression) equals the
     `answer` column per math-verify, 0.0 if not or unscorable in time, None (TRL: NaN) if the gold does not parse.
@@ -28,7 +100,12 @@ def math_reward(completions, answer, log_metric=None, **kwargs) -> list[float | 
     a `log_metric` value over the processes that logged it (one value per process and batch; each process holds
     the same number of completions, so the mean of the fractions is the fraction of the whole batch), then over
     the `logging_steps` window."""
-    golds = ["" if a is None else str(a) for a in answer]  # int/float columns (AIME, AMC) are fine; None: no gold
+    golds = []
+    for index, gold in enumerate(answer):
+        try:
+            golds.append(gold_text(gold))
+        except ValueError:  # again, naming the row (only now: the name costs a string per row)
+            gold_text(gold, _row(index, kwargs.get("id"), kwargs.get("prompts")))
     scores, status = score_completions([_text(c) for c in completions], golds, return_status=True)
     if log_metric is not None and status:
         log_metric("math_reward/timeout_frac", status.count("timeout") / len(status))
@@ -51,11 +128,14 @@ def _one_closed_box(text: str) -> bool:
     return False
 
 
+@register_reward("format", "1 if the completion has exactly one closed \\boxed{}, else 0")
 def format_reward(completions, **kwargs) -> list[float]:
     """TRL reward: 1.0 if the completion has exactly one `\\boxed{` and that box's braces close, else 0.0."""
     return [1.0 if _one_closed_box(_text(c)) else 0.0 for c in completions]
 
 
+@register_reward("length", "-(completion tokens / max_completion_length), in [-1, 0]",
+                 bind=lambda args: {"max_len": args.max_completion_length})
 def length_penalty(completion_ids, max_len: int | None = None, **kwargs) -> list[float]:
     """TRL reward: -(completion tokens / max_len), in [-1, 0]; weight it against correctness with GRPOConfig's
     `reward_weights`. TRL passes `completion_ids` (one token list per completion) but not the length budget, so

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import trl
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -325,6 +326,14 @@ class OrderGradConfig(GRPOConfig):
                 raise ValueError(f"reward_weights must be finite numbers, one per reward function, got {weights!r}.")
             if not any(weights):
                 raise ValueError(f"reward_weights are all zero ({weights!r}): every advantage would be 0.")
+            with numpy.errstate(over="ignore"):  # TRL keeps them as a float32 tensor
+                stored = [float(numpy.float32(w)) for w in weights]
+            if not all(map(math.isfinite, stored)) or not any(stored):
+                raise ValueError(
+                    f"reward_weights {weights!r} are {'all zero' if all(map(math.isfinite, stored)) else 'inf'} "
+                    f"in float32, the dtype TRL keeps them in (largest {numpy.finfo(numpy.float32).max:.3g}, smallest "
+                    f"{numpy.finfo(numpy.float32).smallest_subnormal:.3g}): rescale them."
+                )
 
     def _check_log_ks(self):
         """A k that no group can give fails here, rather than never being logged."""

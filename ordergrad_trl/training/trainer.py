@@ -144,6 +144,10 @@ class OrderGradTrainer(GRPOTrainer):
                 f"there are {len(self.reward_funcs)} reward functions {self.reward_func_names}: give one objective "
                 "per reward function, in the same order."
             )
+        from .reward_checks import checked_reward_funcs  # local: this seam stays self-contained
+
+        # a string or a list from a reward function then fails naming it, not deep in TRL's torch.tensor(...)
+        self.reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
         self._ordergrad_gathered_rewards = None
         if args.loss_type not in EXACT_LOSS_TYPES:
