@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 # The TRL releases whose private `_calculate_rewards` / `_generate_and_score_completions` contract was tested
 # (keep in sync with pyproject.toml and tests/test_trl_contract.py).
-TESTED_TRL_VERSIONS = SpecifierSet(">=1.16.0,<1.17")
+TESTED_TRL_VERSIONS = SpecifierSet(">=1.12.0,!=1.15.0,<1.17")
 
 if Version(trl.__version__) not in TESTED_TRL_VERSIONS:
     warnings.warn(
