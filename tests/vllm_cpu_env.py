@@ -20,9 +20,8 @@ VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nob
 
 def vllm_env(**extra: str) -> dict:
     """The environment of a subprocess that starts vLLM on CPU (the installed package, as users have it)."""
-    env = {**os.environ, **VLLM_CPU_ENV, **extra}
-    env.pop("PYTHONPATH", None)
-    return env
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, **VLLM_CPU_ENV, **extra}
 
 
 def build_vllm_model(path: Path) -> Path:
