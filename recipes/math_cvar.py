@@ -285,7 +285,9 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.end()
+    # Finish the trackers and destroy the process group (a gloo group left to interpreter exit can abort a
+    # rank): what Trainer.end() does in transformers >= 5.18, spelled so that older releases run it too.
+    trainer.accelerator.end_training()
 
 
 def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> tuple:

@@ -109,7 +109,9 @@ def main(model_dir: str, out_dir: str, mode: str = "") -> weakref.ref:
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / f"rank{result['rank']}.json").write_text(json.dumps(result))
-    trainer.end()
+    # Finish the trackers and destroy the process group (a gloo group left to interpreter exit can abort a
+    # rank): what Trainer.end() does in transformers >= 5.18, spelled so that older releases run it too.
+    trainer.accelerator.end_training()
     return weakref.ref(trainer.model_wrapped)
 
 

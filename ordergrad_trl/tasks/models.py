@@ -121,8 +121,10 @@ def load_offline_gguf():
     gguf_path = _require_offline_model()
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    # The GGUF quantizer stays attached after dequantization and blocks save_pretrained and training.
-    model.hf_quantizer.remove_quantization_config(model)
+    # The GGUF quantizer stays attached after dequantization and blocks save_pretrained and training (transformers
+    # before ~5.11 attaches none).
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
     eos_id = tokenizer.convert_tokens_to_ids(_EOS)
     if eos_id is None or eos_id == tokenizer.unk_token_id:
         raise RuntimeError(f"{gguf_path.name}: tokenizer has no {_EOS} token; the file is not SmolLM2-Instruct")

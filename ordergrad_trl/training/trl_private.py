@@ -24,7 +24,7 @@ import trl
 from packaging.specifiers import SpecifierSet
 
 # The TRL releases whose private surface below was tested (keep in sync with pyproject.toml).
-TESTED_TRL_VERSIONS = SpecifierSet(">=1.16.0,<1.17")
+TESTED_TRL_VERSIONS = SpecifierSet(">=1.12.0,!=1.15.0,<1.17")
 # GRPOConfig.loss_type's help lists the valid values in this sentence (read by OrderGradConfig)
 LOSS_TYPE_HELP = r"Supported values are (.*?)\."
 
