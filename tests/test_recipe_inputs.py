@@ -20,7 +20,7 @@ QUICKSTART = (REPO / "recipes" / "configs" / "cpu_quickstart.yaml").read_text()
 # (id, argv, what the one line must say); {tmp} is the directory the recipe runs in
 CASES = [
     ("repeated_key", ["--config", "twice.yaml"],
-     "--config twice.yaml:53: not valid YAML (key 'learning_rate' given twice)"),
+     f"--config twice.yaml:{QUICKSTART.count(chr(10)) + 1}: not valid YAML (key 'learning_rate' given twice)"),
     ("missing_data", ["--dataset_name", "nope.jsonl"], "dataset_name nope.jsonl: no such file (relative to {tmp})"),
     ("data_is_a_directory", ["--dataset_name", "folder.jsonl"], "dataset_name folder.jsonl: is a directory"),
     ("data_is_an_absolute_directory", ["--dataset_name", "{tmp}"], "dataset_name {tmp}: is a directory"),
@@ -55,7 +55,7 @@ CASES = [
 
 
 def _prepare(tmp: Path) -> None:
-    (tmp / "twice.yaml").write_text(QUICKSTART + "learning_rate: 1.0e-3\n")  # line 53: the second learning_rate
+    (tmp / "twice.yaml").write_text(QUICKSTART + "learning_rate: 1.0e-3\n")  # its last line: the second learning_rate
     (tmp / "folder.jsonl").mkdir()
     (tmp / "broken.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": \n')
     (tmp / "list_gold.jsonl").write_text('{"problem": "5*5", "answer": ["25"]}\n')

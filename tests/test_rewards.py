@@ -191,9 +191,9 @@ def test_defaults_from_environment(monkeypatch):
     cpus = len(os.sched_getaffinity(0))
     monkeypatch.delenv("ORDERGRAD_REWARD_WORKERS", raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert pool._default_workers() == min(4, cpus)
+    assert pool.default_workers() == min(4, cpus)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cpus))  # torchrun: the ranks on a node share its cores
-    assert pool._default_workers() == 1
+    assert pool.default_workers() == 1
     assert pool.reward_env_settings() == (10.0, 1)
     monkeypatch.setenv("ORDERGRAD_REWARD_WORKERS", "3")
     monkeypatch.setenv("ORDERGRAD_REWARD_TIMEOUT_S", "2.5")
@@ -260,7 +260,7 @@ def nested_fraction(depth):
 def busy_cores():
     """One CPU-burning process per core for the test's duration (each also stops itself after 120 s)."""
     burn = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass"
-    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(pool._cpus())]
+    procs = [subprocess.Popen([sys.executable, "-c", burn]) for _ in range(pool.usable_cpus())]
     time.sleep(0.5)
     yield len(procs)
     for proc in procs:
@@ -328,9 +328,9 @@ def test_pool_size_without_sched_getaffinity(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     monkeypatch.delenv("ORDERGRAD_REWARD_WORKERS", raising=False)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert pool._cpus() == 3 and pool._default_workers() == 3
+    assert pool.usable_cpus() == 3 and pool.default_workers() == 3
     monkeypatch.setattr(os, "cpu_count", lambda: None)  # "undetermined"
-    assert pool._default_workers() == 1
+    assert pool.default_workers() == 1
 
 
 # --------------------------------------------------------------------------------- public reference solutions

@@ -18,7 +18,7 @@ MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1e-3, 3600.0
 MAX_WORKERS_PER_CPU = 4
 
 
-def _cpus() -> int:
+def usable_cpus() -> int:
     """CPUs this process may run on; macOS has no `sched_getaffinity`."""
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
@@ -26,7 +26,7 @@ def _cpus() -> int:
 
 def max_workers() -> int:
     """The most worker processes a pool may have: MAX_WORKERS_PER_CPU x the CPUs this process may use."""
-    return MAX_WORKERS_PER_CPU * _cpus()
+    return MAX_WORKERS_PER_CPU * usable_cpus()
 
 
 def _local_world_size() -> int:
@@ -36,8 +36,8 @@ def _local_world_size() -> int:
     return int(text)
 
 
-def _default_workers() -> int:
-    return max(1, min(4, _cpus() // _local_world_size()))
+def default_workers() -> int:
+    return max(1, min(4, usable_cpus() // _local_world_size()))
 
 
 def check_timeout(timeout_s, name: str = "timeout_s") -> float:
@@ -55,7 +55,7 @@ def check_workers(num_workers, name: str = "num_workers") -> int:
     top = max_workers()
     ok = isinstance(num_workers, int) and not isinstance(num_workers, bool)
     if not (ok and 1 <= num_workers <= top):
-        raise ValueError(f"{name} must be an integer in [1, {top}] ({MAX_WORKERS_PER_CPU} x the {_cpus()} CPUs), "
+        raise ValueError(f"{name} must be an integer in [1, {top}] ({MAX_WORKERS_PER_CPU} x the {usable_cpus()} CPUs), "
                          f"got {num_workers!r}")
     return num_workers
 
@@ -73,10 +73,10 @@ def reward_env_settings() -> tuple[float, int]:
                          f"{MAX_TIMEOUT_S:g}] (e.g. 10), got {timeout_text!r}") from None
     workers_text = os.environ.get("ORDERGRAD_REWARD_WORKERS")
     if workers_text is None:
-        return timeout_s, _default_workers()
+        return timeout_s, default_workers()
     number = workers_text.strip()
     try:
         return timeout_s, check_workers(int(number) if number.isascii() and number.isdigit() else None)
     except ValueError:
         raise ValueError(f"ORDERGRAD_REWARD_WORKERS must be an integer in [1, {max_workers()}] ({MAX_WORKERS_PER_CPU} "
-                         f"x the {_cpus()} CPUs; e.g. 4), got {workers_text!r}") from None
+                         f"x the {usable_cpus()} CPUs; e.g. 4), got {workers_text!r}") from None
