@@ -32,3 +32,17 @@ def adopt(out: str | Path, num_samples: int | None = None) -> dict:
     }
     records.write_json_atomic(out / records.PROVENANCE, provenance)
     return provenance
+
+
+def cli_error(capsys, argv) -> str:
+    """Run `ordergrad-eval argv` in-process; it must exit 2 with one stderr line and no traceback."""
+    import pytest
+
+    from ordergrad_trl.evaluation.cli import command
+
+    with pytest.raises(SystemExit) as exc:
+        command(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()

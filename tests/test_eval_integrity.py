@@ -19,6 +19,8 @@ import pytest
 
 from ordergrad_trl.evaluation import evaluate, records
 from ordergrad_trl.evaluation.args import PathArgs, ReportArgs
+from eval_runs import cli_error
+
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.errors import UsageError
 from ordergrad_trl.evaluation.report import report
@@ -49,15 +51,6 @@ def run_a(runs, tmp_path) -> Path:
     out = tmp_path / "run"
     shutil.copytree(runs / "runA", out)
     return out
-
-
-def cli_error(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err.strip()
 
 
 def stage(name: str, out: Path) -> list[str]:

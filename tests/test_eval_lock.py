@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from eval_runs import cli_error
+
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock
 
@@ -33,15 +35,6 @@ with writer_lock(Path(sys.argv[1]), "generate"):
     print("locked", flush=True)
     time.sleep(600)
 """
-
-
-def cli_error(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err.strip()
 
 
 def ref_run(out: Path, *extra) -> list[str]:
