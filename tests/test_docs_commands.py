@@ -252,9 +252,15 @@ def test_readme_is_a_landing_page():
                 assert anchor in _anchors(path.read_text()), f"{doc}: no heading for #{anchor} in {path.name}"
 
 
+def test_troubleshooting_contents_list_every_section():
+    text = (REPO / "docs" / "troubleshooting.md").read_text()
+    listed = set(re.findall(r"^- \[.*\]\(#([^)]+)\)$", text, flags=re.M))
+    assert listed == _anchors(text) - {"troubleshooting"}
+
+
 def _anchors(markdown: str) -> set[str]:
     """GitHub's heading anchors: lowercase, punctuation dropped, spaces to hyphens (code blocks skipped)."""
-    prose = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    prose = re.sub(r"^ *```.*?^ *```", "", markdown, flags=re.S | re.M)  # fences open a line; inline ``` does not
     headings = re.findall(r"^#{1,6} +(.+?) *$", prose, flags=re.M)
     return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
 
