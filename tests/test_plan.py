@@ -99,6 +99,28 @@ def test_infinite_reward_stops_the_step_naming_the_function(tiny_model, tiny_tok
         trainer._ordergrad_advantages(per_func, G, "train")
 
 
+@pytest.mark.parametrize(
+    "weights, value, match",
+    [
+        ([1.0, 1e38], 10.0, r"function '{name}' returned rewards up to 10, which times its reward weight 1e\+38 overflow "
+                            r"float32 \(largest 3.4e\+38\) for 1 of {n} rollouts at step 1"),
+        ([2e38, 2e38], 1.0, r"the weighted sum of the reward functions overflows float32 \(largest 3.4e\+38\) for 1 of "
+                            r"{n} rollouts at step 1 \(rollout 5: '\w+': 2e\+38, '{name}': 2e\+38\)"),
+    ],
+    ids=["times_its_weight", "the_weighted_sum"],
+)
+def test_finite_rewards_overflowing_float32_once_weighted_stop_the_step_naming_them(
+    tiny_model, tiny_tokenizer, cpu_training_args, weights, value, match
+):
+    trainer = make_trainer(tiny_model, tiny_tokenizer, cpu_training_args, reward_weights=weights)
+    per_func = torch.zeros(2 * G, 2)
+    per_func[:, 0] = 1.0
+    trainer._ordergrad_advantages(per_func, G, "train")  # finite rewards, finite weighted sums: no error
+    per_func[5, 1] = value  # finite, times a finite weight; only the float32 product or sum is inf
+    with pytest.raises(ValueError, match=match.format(name=trainer.reward_func_names[1], n=2 * G)):
+        trainer._ordergrad_advantages(per_func, G, "train")
+
+
 def test_trainer_hands_trl_the_resolved_importance_sampling_level(tiny_model, tiny_tokenizer, cpu_training_args):
     trainer = make_trainer(tiny_model, tiny_tokenizer, cpu_training_args, loss_type="luspo")
     assert trainer.importance_sampling_level == trainer.args.importance_sampling_level == "sequence"

@@ -279,11 +279,12 @@ class OrderGradTrainer(GRPOTrainer):
 
     def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
         """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""
-        self._check_reward_magnitudes(rewards_per_func)
         # Weighted sum as TRL's "sum_then_normalize": a None from some functions counts as 0, from all as unscorable.
         weights = self.reward_weights.to(rewards_per_func.device)
+        weighted = rewards_per_func * weights.unsqueeze(0)  # (N_global, num_funcs)
+        self._check_reward_magnitudes(rewards_per_func, weighted)
         unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (N_global,)
-        rewards = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards = weighted.nansum(dim=1)
         rewards = rewards.masked_fill(unscorable, torch.nan)
         grouped = rewards.view(-1, group_size)  # (num_groups, N)
         per_func = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])  # (num_groups, N, num_funcs)
@@ -298,7 +299,7 @@ class OrderGradTrainer(GRPOTrainer):
             )
         advantages = scale_advantages(advantages, grouped, self.scale_rewards)  # the one place scale_rewards applies
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
-        self._warn_if_overflowing(advantages, rewards_per_func * weights.unsqueeze(0))
+        self._warn_if_overflowing(advantages, weighted)
 
         metrics = self._metrics[mode]
         if self.ordergrad_plan.per_reward is not None:
@@ -337,14 +338,33 @@ class OrderGradTrainer(GRPOTrainer):
         if total is not None:
             metrics["ordergrad/objective"].append(total)
 
-    def _check_reward_magnitudes(self, rewards_per_func: torch.Tensor) -> None:
-        """+-inf from a reward function stops training at this step, naming it (None marks an unscorable rollout)."""
-        infinite = torch.isinf(rewards_per_func).sum(dim=0)  # (num_funcs,)
-        for f in infinite.nonzero().flatten().tolist():
+    def _check_reward_magnitudes(self, rewards_per_func: torch.Tensor, weighted: torch.Tensor) -> None:
+        """+-inf stops training at this step, naming the reward function it comes from: returned by it (None marks
+        an unscorable rollout), or reached in float32 once multiplied by its reward weight or summed with the others.
+        """
+        n, step = rewards_per_func.shape[0], self.state.global_step + 1
+        for f in torch.isinf(rewards_per_func).any(dim=0).nonzero().flatten().tolist():
+            count = int(torch.isinf(rewards_per_func[:, f]).sum())
             raise ValueError(
-                f"reward function {self.reward_func_names[f]!r} returned +-inf for {int(infinite[f])} of "
-                f"{rewards_per_func.shape[0]} rollouts at step {self.state.global_step + 1}: return a finite reward, "
-                "or None for a rollout it cannot score."
+                f"reward function {self.reward_func_names[f]!r} returned +-inf for {count} of {n} rollouts at step "
+                f"{step}: return a finite reward, or None for a rollout it cannot score."
+            )
+        for f in torch.isinf(weighted).any(dim=0).nonzero().flatten().tolist():
+            largest = torch.nan_to_num(rewards_per_func[:, f].abs(), nan=0.0).max().item()
+            raise ValueError(
+                f"reward function {self.reward_func_names[f]!r} returned rewards up to {largest:.3g}, which times its "
+                f"reward weight {self.reward_weights[f].item():.3g} overflow float32 (largest "
+                f"{torch.finfo(torch.float32).max:.3g}) for {int(torch.isinf(weighted[:, f]).sum())} of {n} rollouts "
+                f"at step {step}: rescale that reward or lower its reward_weights."
+            )
+        total = weighted.nansum(dim=1)  # (N_global,)
+        if torch.isinf(total).any():
+            row = int(torch.isinf(total).nonzero()[0])
+            parts = ", ".join(f"{name!r}: {value:.3g}" for name, value in zip(self.reward_func_names, weighted[row].tolist()))
+            raise ValueError(
+                f"the weighted sum of the reward functions overflows float32 (largest "
+                f"{torch.finfo(torch.float32).max:.3g}) for {int(torch.isinf(total).sum())} of {n} rollouts at step "
+                f"{step} (rollout {row}: {parts}): rescale those rewards or lower their reward_weights."
             )
 
     def _warn_if_overflowing(self, advantages: torch.Tensor, weighted: torch.Tensor) -> None:
