@@ -21,7 +21,9 @@ is the only difference; with 0/1 rewards it is a per-group weight on (r - group 
 - `rloo`: OrderGrad `Mean` at K=1, i.e. RLOO (the expected reward);
 - `max8`: OrderGrad `ReMax` at K=8 (best of 8: pass@8 for 0/1 rewards);
 - `top2of4`: OrderGrad `TopM:2` at K=4 (mean of the best 2 of 4);
-- `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards).
+- `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards);
+- `maxrl`: MaxRL's own estimator, (r - mean) / mean (unbiased for sum_{k<N} pass@k / k, `MaxRL:(N-1)`), an
+  exploratory arm run at the replication's seeds 10-24 only.
 Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`). Inference is over seeds (`compare_seed_level.py`: the
 pre-registered primaries, Holm); 95% bootstrap CIs resampling seeds and problems are a secondary view. The units of
@@ -51,6 +53,7 @@ ARMS = {
     "max8": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "8"],
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+    "maxrl": ["--ordergrad_estimator", "maxrl"],  # exploratory, replication seeds only (issue 29)
 }
 SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
 SCHEMA = 1

@@ -35,6 +35,7 @@ SEEDS = tuple(range(10, 25))
 ALPHA, POWER = 0.05, 0.8
 MAX_ATTEMPTS = 3  # a seed whose unit failed this often is reported as missing; the test runs on complete pairs
 REPRO_UNIT = "rloo-s9"
+EXPLORATORY = ("maxrl",)  # arms run at the same seeds, reported apart from the test (recipes/compare_objectives.py)
 
 
 def pass_at_k(unit: dict, k: int = K) -> float:
@@ -77,6 +78,23 @@ def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
     return {**out, "status": "passed" if ok else "failed", "commit": rerun.get("commit"), "problems_differing": differing}
 
 
+def exploratory_arm(units: dict, arm: str) -> dict:
+    """An arm outside the pre-registered design (e.g. `maxrl`, issue 29) against both design arms on pass@8, paired
+    by seed: per-seed values always, the mean and 95% t interval only once the arm has every seed (no test is
+    pre-registered for it, so no verdict)."""
+    seeds = [s for s in SEEDS if f"{arm}-s{s}" in units]
+    out = {"seeds": seeds, "commits": sorted({units[f"{arm}-s{s}"].get("commit", "unknown") for s in seeds}),
+           "pass@8": {s: pass_at_k(units[f"{arm}-s{s}"]) for s in seeds}, "minus": {}}  # fmt: skip
+    for ref in (BASELINE, ARM):
+        paired = [s for s in seeds if f"{ref}-s{s}" in units]
+        d = [out["pass@8"][s] - pass_at_k(units[f"{ref}-s{s}"]) for s in paired]
+        entry = {"seeds": paired, "d": d, "mean": sum(d) / len(d) if d else None}
+        if len(paired) == len(SEEDS):
+            entry.update(seed_t_test(torch.tensor(d, dtype=torch.float64)))
+        out["minus"][ref] = entry
+    return out
+
+
 def replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path | None = None) -> dict:
     units = load_units(assets) if assets.is_dir() else {}
     expected = [f"{arm}-s{s}" for s in SEEDS for arm in (BASELINE, ARM)]
@@ -103,6 +121,9 @@ def replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path
         "ceiling": {"threshold": CEILING, "seeds": at_ceiling, "of": len(rloo_present)},
         "complete": complete,
     }  # fmt: skip
+    extra = sorted({units[u]["arm"] for u in report["units"]["outside_the_design"]} & set(EXPLORATORY))
+    if extra:
+        report["exploratory_arms"] = {a: exploratory_arm(units, a) for a in extra}
     if not complete or len(d) < 2:
         report["interim"] = {"pairs": len(d), "mean": sum(d) / len(d) if d else None}
         return report
@@ -159,6 +180,16 @@ def table(r: dict) -> str:
     for row in r["per_seed"]:
         lines.append(f"| {row['seed']} | {100 * row[des['baseline']]:.1f} | {100 * row[des['arm']]:.1f} | {_pts(row['d'])} |")
     lines.append("")
+    for arm, e in r.get("exploratory_arms", {}).items():
+        parts = []
+        for ref, m in e["minus"].items():
+            if m["mean"] is None:
+                continue
+            ci = f", 95% t CI [{_pts(m['ci'][0])}, {_pts(m['ci'][1])}]" if "ci" in m else ""
+            parts.append(f"minus {ref} {_pts(m['mean'])} points over {len(m['seeds'])} seeds{ci}")
+        lines.append(f"- Exploratory arm `{arm}` (not pre-registered, no test; ran at {', '.join(e['commits'])}): "
+                     f"{len(e['seeds'])} of {len(SEEDS)} seeds; {des['endpoint']} " + ("; ".join(parts) or "no pairs yet")
+                     + (" (interval once every seed is in)." if len(e["seeds"]) < len(SEEDS) else "."))  # fmt: skip
     if "test" not in r:
         mean = r["interim"]["mean"]
         lines.append(f"Interim, descriptive only: {r['interim']['pairs']} complete pairs"

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import torch
 
-from ordergrad_trl import lstat_advantage, lstat_value, rank_weights
+from ordergrad_trl import lstat_value, rank_weights
 from compare_plot import plot  # recipes/, beside this file
 from compare_seed_level import base_sign_test, seed_level, seed_level_table
+from ordergrad_trl.core.estimators import scale_advantages
+from ordergrad_trl.core.plan import build_plan
 from ordergrad_trl.core.stats import percentile_interval, resample_means
 
 BOOTSTRAP = 2000
@@ -53,17 +55,28 @@ def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def _lstat_objective(flags: list[str]) -> tuple[str, int] | None:
-    """An arm's recipe flags -> its OrderGrad objective (preset, K), or None for GRPO's estimator."""
-    opts = dict(zip(flags[::2], flags[1::2]))
-    if opts.get("--ordergrad_estimator") == "grpo":
-        return None
+def _arm_options(flags: list[str]) -> dict[str, str]:
+    return dict(zip(flags[::2], flags[1::2]))
+
+
+def _lstat_objective(flags: list[str], n: int) -> tuple[str, int]:
+    """An arm's recipe flags -> the L-statistic (preset, K) it trains, groups of n rollouts. GRPO's is the expected
+    reward (its std weighting aside); MaxRL's estimator is unbiased for sum_{k<n} pass@k / k, the preset
+    `MaxRL:(n-1)` at K = n-1 (docs/objectives.md)."""
+    opts = _arm_options(flags)
+    estimator = opts.get("--ordergrad_estimator", "ordergrad")
+    if estimator == "grpo":
+        return "Mean", 1
+    if estimator == "maxrl":
+        return f"MaxRL:{n - 1}", n - 1
+    if estimator != "ordergrad":
+        raise ValueError(f"no L-statistic recorded for an arm with --ordergrad_estimator {estimator}")
     return opts["--ordergrad_objective"], int(opts["--ordergrad_k"])
 
 
-def objective_specs(arm_flags: dict[str, list[str]]) -> dict[str, tuple[str, int]]:
-    """Each arm's training objective as (preset, K); GRPO's is the expected reward, `("Mean", 1)`."""
-    return {arm: _lstat_objective(flags) or ("Mean", 1) for arm, flags in arm_flags.items()}
+def objective_specs(arm_flags: dict[str, list[str]], n: int) -> dict[str, tuple[str, int]]:
+    """Each arm's training objective as (preset, K) for groups of n rollouts (`_lstat_objective`)."""
+    return {arm: _lstat_objective(flags, n) for arm, flags in arm_flags.items()}
 
 
 def objective_values(correct: torch.Tensor, n: int, objectives: list[tuple[str, int]]) -> torch.Tensor:
@@ -79,20 +92,21 @@ def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[flo
     With 0/1 rewards an arm's advantages within a group are a multiple of (r - group mean); the multiple (the
     advantage gap between a success and a failure) is the arm's weight on that group, 0 at c = 0 and c = n. Adam
     divides any global scale out, so these relative weights are what sets the arms apart. `arm_flags` are the
-    recipe flags of each arm (`--ordergrad_objective X --ordergrad_k K`, or GRPO's `--ordergrad_estimator grpo`).
+    recipe flags of each arm (`--ordergrad_objective X --ordergrad_k K`, `--ordergrad_estimator E`, `--scale_rewards`),
+    built into the trainer's plan (`core.plan.build_plan`).
     """
     groups = _count_groups(n)  # (n+1, n)
     mixed = torch.zeros(n + 1, dtype=torch.bool)
     mixed[1:n] = True
     out = {}
     for arm, flags in arm_flags.items():
-        objective = _lstat_objective(flags)
-        if objective is None:  # GRPO: (r - mean) / std, TRL's unbiased std
-            gap = 1 / groups.std(-1)  # (n+1,)
-        else:
-            adv = lstat_advantage(groups, rank_weights(*objective))
-            gap = adv[:, -1] - adv[:, 0]  # (n+1,) a success's advantage minus a failure's
-        gap = torch.where(mixed, gap, 0.0)
+        opts = _arm_options(flags)
+        k = opts.get("--ordergrad_k")
+        plan = build_plan(objective=opts.get("--ordergrad_objective"), k=int(k) if k else None, schedule=None,
+                          reward_objectives=None, estimator=opts.get("--ordergrad_estimator", "ordergrad"),
+                          estimator_kwargs=None, scale=opts.get("--scale_rewards", "none"), num_generations=n)  # fmt: skip
+        adv = scale_advantages(plan.advantages(groups, plan.stages[0]), groups, plan.scale)  # what the trainer uses
+        gap = torch.where(mixed, adv[:, -1] - adv[:, 0], 0.0)  # (n+1,) a success's advantage minus a failure's
         out[arm] = (gap / gap.max()).tolist()
     return out
 
@@ -150,7 +164,8 @@ def summarize(
     any_unit, first_trained = check_units(units)
     n, ids = any_unit["num_samples"], any_unit["eval"]["problem_ids"]
     # Every arm's objective evaluated on every model: does each arm raise its own objective most?
-    specs = objective_specs(arm_flags) if arm_flags else {}
+    n_train = first_trained.get("config", {}).get("num_generations") or n
+    specs = objective_specs({a: f for a, f in arm_flags.items() if a in trained}, n_train) if arm_flags else {}
     objectives = list(dict.fromkeys(specs[arm] for arm in arms if arm in specs and specs[arm][1] <= n))
     gen = torch.Generator().manual_seed(seed)
     num_p = len(ids)
@@ -213,7 +228,6 @@ def summarize(
         summary["base_sign_test"] = base_sign_test(summary)
 
     if arm_flags and first_trained.get("config", {}).get("num_generations"):
-        n_train = first_trained["config"]["num_generations"]
         present = {arm: arm_flags[arm] for arm in summary["arms"] if arm in arm_flags}
         summary["group_weights"] = {"num_generations": n_train, "arms": group_weights(present, n_train)}
 

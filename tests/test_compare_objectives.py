@@ -26,6 +26,7 @@ ARM_FLAGS = {
     "max5": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "5"],
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+    "maxrl": ["--ordergrad_estimator", "maxrl"],
 }
 ASCENDING_WEIGHTS = {"rloo": [1.0], "max5": [0, 0, 0, 0, 1.0], "top2of4": [0, 0, 0.5, 0.5], "min4": [1.0, 0, 0, 0]}
 
@@ -112,24 +113,24 @@ def documented() -> list:
 def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assets, work = tmp_path / "cmp", tmp_path / "work"
     (command,) = documented()
-    cmd = [sys.executable, str(REPO / command.argv[1]), "--smoke", "--arms", "max8",
+    cmd = [sys.executable, str(REPO / command.argv[1]), "--smoke", "--arms", "max8", "maxrl",
            "--seeds", "0", "--model_name_or_path", str(tiny_model_dir), "--threads", "1",
            "--assets_dir", str(assets), "--work_dir", str(work)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     units = {p.stem: json.loads(p.read_text()) for p in assets.glob("*.json")}
-    assert set(units) == {"base", "max8-s0"}
+    assert set(units) == {"base", "max8-s0", "maxrl-s0"}  # maxrl: the estimator arm, exploratory (issue 29)
     for unit in units.values():
         assert unit["schema"] == 1 and unit["num_samples"] == 4 and len(unit["eval"]["correct"]) == 2
     assert [row["step"] for row in units["max8-s0"]["train_log"]] == [1]
     summary = json.loads((tmp_path / "cmp.json").read_text())
-    assert set(summary["arms"]) == {"base", "max8"} and summary["ks"] == [1, 2, 3, 4]
-    assert set(summary["group_weights"]["arms"]) == {"max8"}  # the driver passes each arm's recipe flags
+    assert set(summary["arms"]) == {"base", "max8", "maxrl"} and summary["ks"] == [1, 2, 3, 4]
+    assert set(summary["group_weights"]["arms"]) == {"max8", "maxrl"}  # the driver passes each arm's recipe flags
     assert (tmp_path / "cmp.md").exists()
     # resume: nothing left to run, so a rerun only summarizes
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert again.returncode == 0 and "2 of 2 units done; running []" in again.stdout
+    assert again.returncode == 0 and "3 of 3 units done; running []" in again.stdout
     # a unit interrupted after training (its JSON absent, its model saved) resumes at the evaluation
     (assets / "max8-s0.json").unlink()
     third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -165,7 +166,9 @@ def test_group_weights_match_brute_force_advantages():
             if arm == "grpo":
                 mean = c / n
                 std = math.sqrt(sum((x - mean) ** 2 for x in group) / (n - 1))
-                gaps.append(1 / std)
+                gaps.append(1 / (std + 1e-4))  # TRL's scale_rewards: advantages / (std + 1e-4)
+            elif arm == "maxrl":  # (r - mean) / mean: a success gets (1 - c/n) / (c/n), a failure -1
+                gaps.append(n / c)
             else:
                 adv = brute_advantage(group, ascending[arm])
                 gaps.append(adv[-1] - adv[0])
@@ -183,15 +186,18 @@ def test_objective_values_match_subset_enumeration():
 
     n = 9
     arms = ARM_FLAGS
-    specs = compare_summary.objective_specs(arms)
+    specs = compare_summary.objective_specs(arms, n)  # groups of n rollouts in training
     assert specs["grpo"] == specs["rloo"] == ("Mean", 1)  # GRPO targets the expected reward too
+    assert specs["maxrl"] == (f"MaxRL:{n - 1}", n - 1)  # MaxRL's estimator: unbiased for sum_{k<n} pass@k / k
     objectives = [specs[a] for a in ("rloo", "max5", "top2of4", "min4")]
     ascending = [ASCENDING_WEIGHTS[a] for a in ("rloo", "max5", "top2of4", "min4")]
-    got = compare_summary.objective_values(torch.arange(n + 1), n, objectives)  # (n+1, 4)
+    got = compare_summary.objective_values(torch.arange(n + 1), n, objectives + [specs["maxrl"]])  # (n+1, 5)
     for c in range(n + 1):
         group = [0.0] * (n - c) + [1.0] * c
         for j, w in enumerate(ascending):
             assert got[c, j].item() == pytest.approx(brute_value(group, w), abs=1e-12), (c, objectives[j])
+        j_t = sum((1 - math.comb(n - c, k) / math.comb(n, k)) / k for k in range(1, n))  # sum_{k<n} pass@k / k
+        assert got[c, 4].item() == pytest.approx(j_t, abs=1e-12), c
 
 
 def test_summary_objectives_table(tmp_path):

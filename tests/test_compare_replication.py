@@ -150,3 +150,31 @@ def test_cli_summarizes_the_replication_folder_and_refuses_a_stale_unit(tmp_path
     (assets / "rloo-s11.json").write_text(json.dumps({**_unit("rloo-s11", [1] * P), "config": {"max_steps": 20}}))
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 2 and "rloo-s11" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_exploratory_arm_is_reported_apart_from_the_test(tmp_path):
+    """`maxrl` at the replication's seeds: listed outside the design, paired by seed against both design arms on
+    pass@8; a mean only while seeds are missing, then scipy's interval; never in the pre-registered test."""
+    gen = torch.Generator().manual_seed(5)
+    assets = tmp_path / "compare_objectives_replication"
+    counts = _write(assets, range(10, 25), gen, shift=1)
+    for s in (10, 11):
+        counts[f"maxrl-s{s}"] = torch.randint(0, 12, (P,), generator=gen).tolist()
+        (assets / f"maxrl-s{s}.json").write_text(json.dumps(_unit(f"maxrl-s{s}", counts[f"maxrl-s{s}"], "later")))
+    report = compare_replication.summarize_replication(assets)
+    assert report["commits"] == ["abc123"] and report["test"]["n"] == 15  # the test is the design's alone
+    early = report["exploratory_arms"]["maxrl"]
+    d = [_pass8(counts[f"maxrl-s{s}"]) - _pass8(counts[f"rloo-s{s}"]) for s in (10, 11)]
+    assert early["commits"] == ["later"] and early["minus"]["rloo"]["mean"] == pytest.approx(sum(d) / 2, abs=1e-12)
+    assert "ci" not in early["minus"]["rloo"]
+    md = (tmp_path / "compare_objectives_replication.md").read_text()
+    assert "Exploratory arm `maxrl` (not pre-registered, no test; ran at later): 2 of 15 seeds" in md
+    for s in range(12, 25):
+        counts[f"maxrl-s{s}"] = torch.randint(0, 12, (P,), generator=gen).tolist()
+        (assets / f"maxrl-s{s}.json").write_text(json.dumps(_unit(f"maxrl-s{s}", counts[f"maxrl-s{s}"], "later")))
+    full = compare_replication.summarize_replication(assets)["exploratory_arms"]["maxrl"]
+    for ref in ("rloo", "max8"):
+        d = [_pass8(counts[f"maxrl-s{s}"]) - _pass8(counts[f"{ref}-s{s}"]) for s in range(10, 25)]
+        ci = scipy_stats.ttest_1samp(d, 0).confidence_interval(0.95)
+        assert full["minus"][ref]["ci"] == pytest.approx([ci.low, ci.high], rel=1e-9), ref
+    assert "minus max8" in (tmp_path / "compare_objectives_replication.md").read_text()
