@@ -66,7 +66,7 @@ def _pairs(units: dict, seeds) -> tuple[list[int], list[float], list[float]]:
 
 def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
     """The committed `rloo-s9` rerun at the replication's commit: the same correct count on every problem?"""
-    out = {"unit": REPRO_UNIT, "path": str(repro_path)}
+    out = {"unit": REPRO_UNIT, "path": f"{repro_path.parent.name}/{repro_path.name}"}  # no machine's absolute path
     if not repro_path.exists() or REPRO_UNIT not in ten_seed:
         return {**out, "status": "not available"}
     rerun = json.loads(repro_path.read_text())

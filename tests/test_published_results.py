@@ -153,3 +153,38 @@ def test_the_replication_preregistration_is_unchanged():
     end = RESULTS.index("<!-- replication:start -->")
     digest = hashlib.sha256(RESULTS[start:end].rstrip("\n").encode() + b"\n\n").hexdigest()
     assert digest == "a565f87264f1f4b9e8778817dae1728d42b71d376ff63c54b2a4c81e6dfc190a"
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-15)
+    return a == b
+
+
+def test_the_replication_report_is_current_and_quoted_at_its_stage():
+    """The committed replication report is what its units give now, and the README and docs/results.md say what
+    its stage allows: the pre-registered sentence once the test has run, "under way" and no p-value before."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "recipes"))
+    from compare_replication import readme_sentence, replication
+
+    assets = REPO / "recipes" / "assets" / "compare_objectives_replication"
+    committed = json.loads((assets.parent / f"{assets.name}.json").read_text())
+    fresh = json.loads(json.dumps(replication(assets, REPO / "recipes" / "assets" / "compare_objectives")))
+    # floats to 1e-12: a reduction's last bit may differ between CPUs
+    assert _same(fresh, committed), \
+        "stale: rerun `compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication`"
+    status = _flat(RESULTS[RESULTS.index("<!-- replication:start -->") : RESULTS.index("<!-- replication:end -->")])
+    assert f"{committed['units']['present']} of {committed['units']['expected']} units in" in status
+    readme = _readme_reading()
+    if committed["complete"]:
+        sentence = readme_sentence(committed)
+        assert sentence in _flat(README) and sentence in status
+    else:
+        assert "replication on 15 fresh seeds is under way" in readme
+        assert not re.search(r"replication[^.]*\bp\s*[=<]", readme + " " + status)
