@@ -185,6 +185,19 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
     if committed["complete"]:
         sentence = readme_sentence(committed)
         assert sentence in _flat(README) and sentence in status
+        t, det, pooled, ceiling = committed["test"], committed["detectable"], committed["pooled"], committed["ceiling"]
+        pts = lambda x: f"{100 * x:+.1f}"  # noqa: E731
+        assert f"{pts(t['mean'])} points [95% CI {pts(t['ci'][0])}, {pts(t['ci'][1])}], p = {t['p']:.2g}" in readme
+        assert f"t = {t['t']:.2f} ({t['df']} df)" in status and f"**{t['verdict']}**" in status
+        assert f"seed SD of d ({100 * det['sd']:.1f} points; its 95% chi-square interval " \
+            f"[{100 * det['sd_ci'][0]:.1f}, {100 * det['sd_ci'][1]:.1f}]): {100 * det['effect']:.1f} points" in status
+        assert f"{100 * det['effect_range'][0]:.1f} to {100 * det['effect_range'][1]:.1f}" in status
+        assert f"at {len(ceiling['seeds'])} of {ceiling['of']} seeds" in status
+        assert f"{len(committed['failures'])} failed attempts" in status
+        assert f"Exploratory, not the pre-registered test:** seeds 0-24 pooled with the ten-seed run " \
+            f"({pooled['n']} seeds): mean {pts(pooled['mean'])} points [{pts(pooled['ci'][0])}, " \
+            f"{pts(pooled['ci'][1])}], p = {pooled['p']:.2g}" in status
+        assert f"Reproduction check: {pooled['reproduction_check']['status']}" in status
     else:
         assert "replication on 15 fresh seeds is under way" in readme
         assert not re.search(r"replication[^.]*\bp\s*[=<]", readme + " " + status)
