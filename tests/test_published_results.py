@@ -171,6 +171,7 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
     import sys
 
     sys.path.insert(0, str(REPO / "recipes"))
+    from compare_replication import _pts as pts
     from compare_replication import readme_sentence, replication
 
     assets = REPO / "recipes" / "assets" / "compare_objectives_replication"
@@ -186,7 +187,6 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
         sentence = readme_sentence(committed)
         assert sentence in _flat(README) and sentence in status
         t, det, pooled, ceiling = committed["test"], committed["detectable"], committed["pooled"], committed["ceiling"]
-        pts = lambda x: f"{100 * x:+.1f}"  # noqa: E731
         assert f"{pts(t['mean'])} points [95% CI {pts(t['ci'][0])}, {pts(t['ci'][1])}], p = {t['p']:.2g}" in readme
         assert f"t = {t['t']:.2f} ({t['df']} df)" in status and f"**{t['verdict']}**" in status
         assert f"seed SD of d ({100 * det['sd']:.1f} points; its 95% chi-square interval " \
@@ -198,6 +198,9 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
             f"({pooled['n']} seeds): mean {pts(pooled['mean'])} points [{pts(pooled['ci'][0])}, " \
             f"{pts(pooled['ci'][1])}], p = {pooled['p']:.2g}" in status
         assert f"Reproduction check: {pooled['reproduction_check']['status']}" in status
+        d = [row["d"] for row in committed["per_seed"]]
+        positive = sum(x > 0 for x in d)
+        assert f"d was positive at {positive} of {len(d)} seeds, from {pts(min(d))} to {pts(max(d))}" in status
     else:
         assert "replication on 15 fresh seeds is under way" in readme
         assert not re.search(r"replication[^.]*\bp\s*[=<]", readme + " " + status)
