@@ -190,6 +190,8 @@ def table(r: dict) -> str:
         lines.append(f"- Exploratory arm `{arm}` (not pre-registered, no test; ran at {', '.join(e['commits'])}): "
                      f"{len(e['seeds'])} of {len(SEEDS)} seeds; {des['endpoint']} " + ("; ".join(parts) or "no pairs yet")
                      + (" (interval once every seed is in)." if len(e["seeds"]) < len(SEEDS) else "."))  # fmt: skip
+    if r.get("exploratory_arms"):
+        lines.append("")  # ends the list: the paragraph below is not part of its last item
     if "test" not in r:
         mean = r["interim"]["mean"]
         lines.append(f"Interim, descriptive only: {r['interim']['pairs']} complete pairs"

@@ -276,7 +276,8 @@ def test_seed_level_primaries_against_scipy(tmp_path):
 
 def test_new_seeds_ran_at_the_preregistered_commit():
     """Seeds 3-9 of the four pre-registered arms were all measured by the commit that holds their pre-registration;
-    GRPO's seeds 3-9 (pending or in) and the replication's rloo and max8 units (seeds 10-24) at 9fd3a65."""
+    GRPO's seeds 3-9 and the replication's rloo and max8 units (seeds 10-24) at 9fd3a65; the exploratory maxrl
+    units at 6f46570, the commit that added the arm."""
     assets = REPO / "recipes" / "assets"
     units = sorted(p for p in (assets / "compare_objectives").glob("*-s[3-9].json") if not p.name.startswith("grpo"))
     commits = {json.loads(path.read_text())["commit"] for path in units}
@@ -284,13 +285,16 @@ def test_new_seeds_ran_at_the_preregistered_commit():
     prereg = commits.pop()
     assert not prereg.endswith("+dirty")
     assert "34dbfb7" in (REPO / "docs" / "results.md").read_text() and prereg.startswith("34dbfb7")
-    later = [*(assets / "compare_objectives").glob("grpo-s[3-9].json"),  # a maxrl arm runs at its own commit
-             *(assets / "compare_objectives_grpo_pending").glob("grpo-s[3-9].json"),  # until all seven are in
-             *(assets / "compare_objectives_replication").glob("rloo-s*.json"),
+    grpo = sorted((assets / "compare_objectives").glob("grpo-s[3-9].json"))
+    assert [p.name for p in grpo] == [f"grpo-s{s}.json" for s in range(3, 10)]  # all seven, so no 3/10-seed mix
+    later = [*grpo, *(assets / "compare_objectives_replication").glob("rloo-s*.json"),
              *(assets / "compare_objectives_replication").glob("max8-s*.json")]  # fmt: skip
     for path in later:
         commit = json.loads(path.read_text())["commit"]
         assert commit.startswith("9fd3a65") and not commit.endswith("+dirty"), (path.name, commit)
+    for path in (assets / "compare_objectives_replication").glob("maxrl-s*.json"):
+        commit = json.loads(path.read_text())["commit"]
+        assert commit.startswith("6f46570") and not commit.endswith("+dirty"), (path.name, commit)
 
 
 def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_path):

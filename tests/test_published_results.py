@@ -182,6 +182,8 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
         "stale: rerun `compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication`"
     status = _flat(RESULTS[RESULTS.index("<!-- replication:start -->") : RESULTS.index("<!-- replication:end -->")])
     assert f"{committed['units']['present']} of {committed['units']['expected']} units in" in status
+    for arm, e in committed.get("exploratory_arms", {}).items():  # e.g. maxrl: its progress as the report has it
+        assert f"Exploratory arm `{arm}`" in status and f"{len(e['seeds'])} of 15 seeds in" in status, arm
     readme = _readme_reading()
     if committed["complete"]:
         sentence = readme_sentence(committed)
