@@ -287,14 +287,13 @@ def test_new_seeds_ran_at_the_preregistered_commit():
     assert "34dbfb7" in (REPO / "docs" / "results.md").read_text() and prereg.startswith("34dbfb7")
     grpo = sorted((assets / "compare_objectives").glob("grpo-s[3-9].json"))
     assert [p.name for p in grpo] == [f"grpo-s{s}.json" for s in range(3, 10)]  # all seven, so no 3/10-seed mix
-    later = [*grpo, *(assets / "compare_objectives_replication").glob("rloo-s*.json"),
-             *(assets / "compare_objectives_replication").glob("max8-s*.json")]  # fmt: skip
-    for path in later:
-        commit = json.loads(path.read_text())["commit"]
-        assert commit.startswith("9fd3a65") and not commit.endswith("+dirty"), (path.name, commit)
-    for path in (assets / "compare_objectives_replication").glob("maxrl-s*.json"):
-        commit = json.loads(path.read_text())["commit"]
-        assert commit.startswith("6f46570") and not commit.endswith("+dirty"), (path.name, commit)
+    replication = assets / "compare_objectives_replication"
+    at_commit = {"9fd3a65": [*grpo, *replication.glob("rloo-s*.json"), *replication.glob("max8-s*.json")],
+                 "6f46570": list(replication.glob("maxrl-s*.json"))}  # fmt: skip
+    for expected, paths in at_commit.items():
+        for path in paths:
+            commit = json.loads(path.read_text())["commit"]
+            assert commit.startswith(expected) and not commit.endswith("+dirty"), (path.name, commit)
 
 
 def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_path):

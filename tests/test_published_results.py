@@ -172,7 +172,7 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
 
     sys.path.insert(0, str(REPO / "recipes"))
     from compare_replication import _pts as pts
-    from compare_replication import readme_sentence, replication
+    from compare_replication import SEEDS, readme_sentence, replication
 
     assets = REPO / "recipes" / "assets" / "compare_objectives_replication"
     committed = json.loads((assets.parent / f"{assets.name}.json").read_text())
@@ -183,7 +183,7 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
     status = _flat(RESULTS[RESULTS.index("<!-- replication:start -->") : RESULTS.index("<!-- replication:end -->")])
     assert f"{committed['units']['present']} of {committed['units']['expected']} units in" in status
     for arm, e in committed.get("exploratory_arms", {}).items():  # e.g. maxrl: its progress as the report has it
-        assert f"Exploratory arm `{arm}`" in status and f"{len(e['seeds'])} of 15 seeds in" in status, arm
+        assert f"Exploratory arm `{arm}`" in status and f"{len(e['seeds'])} of {len(SEEDS)} seeds in" in status, arm
     readme = _readme_reading()
     if committed["complete"]:
         sentence = readme_sentence(committed)
