@@ -184,6 +184,10 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
     assert f"{committed['units']['present']} of {committed['units']['expected']} units in" in status
     for arm, e in committed.get("exploratory_arms", {}).items():  # e.g. maxrl: its progress as the report has it
         assert f"Exploratory arm `{arm}`" in status and f"{len(e['seeds'])} of {len(SEEDS)} seeds in" in status, arm
+        for ref, m in e["minus"].items():  # once every seed is in, each interval is quoted as the report has it
+            if "ci" in m:
+                assert f"minus {ref} {pts(m['mean'])} points [95% t CI {pts(m['ci'][0])}, {pts(m['ci'][1])}]" \
+                    in status, (arm, ref)
     readme = _readme_reading()
     if committed["complete"]:
         sentence = readme_sentence(committed)
