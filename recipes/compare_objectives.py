@@ -12,6 +12,8 @@ stopped after its training reuses the saved model and only evaluates).
     python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
     python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication
                                                         # the pre-registered replication (compare_replication.py)
+    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead
+                                                        # the pre-registered head-to-head (compare_headtohead.py)
     python recipes/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
     python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
@@ -23,11 +25,14 @@ is the only difference; with 0/1 rewards it is a per-group weight on (r - group 
 - `top2of4`: OrderGrad `TopM:2` at K=4 (mean of the best 2 of 4);
 - `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards);
 - `maxrl`: MaxRL's own estimator, (r - mean) / mean (unbiased for sum_{k<N} pass@k / k, `MaxRL:(N-1)`), an
-  exploratory arm run at the replication's seeds 10-24 only.
+  exploratory arm at the replication's seeds 10-24, and `max8`'s opponent in the pre-registered head-to-head
+  (seeds 25-39, `compare_headtohead.py`).
 Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`). Inference is over seeds (`compare_seed_level.py`: the
 pre-registered primaries, Holm); 95% bootstrap CIs resampling seeds and problems are a secondary view. The units of
-the pre-registered replication (`compare_objectives_replication/`) are reported by `compare_replication.py`.
+the pre-registered replication (`compare_objectives_replication/`) are reported by `compare_replication.py`, those
+of the head-to-head (`compare_objectives_headtohead/`) by `compare_headtohead.py`; every arm's pass@k frontier
+across all of them by `objective_frontier.py`.
 """
 
 from __future__ import annotations
@@ -47,13 +52,14 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
 ASSETS = REPO / "recipes" / "assets" / "compare_objectives"
 REPLICATION = REPO / "recipes" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
+HEADTOHEAD = REPO / "recipes" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
     "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
     "max8": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "8"],
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
-    "maxrl": ["--ordergrad_estimator", "maxrl"],  # exploratory, replication seeds only (issue 29)
+    "maxrl": ["--ordergrad_estimator", "maxrl"],  # replication seeds (exploratory) and the head-to-head
 }
 SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
 SCHEMA = 1
@@ -198,7 +204,8 @@ def main():
                                "system_prompt", "num_generations", "learning_rate", "max_steps",
                                "per_device_train_batch_size", "gradient_accumulation_steps") if k in cfg}  # fmt: skip
     sys.path.insert(0, str(REPO))  # eval/ and ordergrad_trl from this checkout
-    from compare_replication import summarize_replication  # recipes/, beside this file
+    from compare_headtohead import summarize_headtohead  # recipes/, beside this file
+    from compare_replication import summarize_replication
     from compare_summary import summarize
 
     assets = Path(args.assets_dir)
@@ -207,6 +214,8 @@ def main():
         try:
             if args.replication or assets.resolve().name == REPLICATION.name:
                 summarize_replication(assets, Path(args.ten_seed_dir))
+            elif assets.resolve().name == HEADTOHEAD.name:
+                summarize_headtohead(assets, REPLICATION)
             else:
                 summarize(assets, list(ARMS), arm_flags=ARMS, seen_seeds=SEEDS)
         except ValueError as e:

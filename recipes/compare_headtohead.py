@@ -1,0 +1,199 @@
+"""The pre-registered head-to-head (Max@8 vs MaxRL, seeds 25-39, two primaries, Holm), reported on its own.
+
+Its plan: docs/results.md, "Pre-registration: Max@8 vs MaxRL head-to-head on fresh seeds 25-39".
+
+    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead
+
+Two primary endpoints, paired by seed s = 25..39, each arm's value the mean over the 200 problems of the
+U-statistic of a problem's c correct of 16 samples: (i) d_s = pass@8(`max8`) - pass@8(`maxrl`) and
+(ii) e_s = pass@1(`maxrl`) - pass@1(`max8`). Each gets a two-sided one-sample t test over the seeds; Holm over the
+two at family-wise alpha 0.05. Per endpoint: confirmed if the Holm p < 0.05 and the mean > 0, reversed if the Holm
+p < 0.05 and the mean < 0, else not confirmed. The tests run only once every seed is in (both units, or the seed
+declared missing after `MAX_ATTEMPTS` recorded failures in `<assets>_failures.json`); before that the report is
+an interim table without a p-value. Also reported: the seeds where either arm's pass@8 is at the ceiling (none
+excluded), each endpoint's detectable effect, and, exploratory, seeds 10-39 pooled with the replication's units of
+both arms, valid only if the reproduction check passes (`max8-s10` and `maxrl-s10` rerun at this design's commit
+into `<assets>_repro/`, every per-problem count equal to the committed unit's).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, read_failures
+from compare_seed_level import CEILING, detectable
+from compare_summary import check_units, load_units
+from ordergrad_trl.core.stats import holm, seed_t_test
+
+SEEDS = tuple(range(25, 40))
+ARMS = ("max8", "maxrl")
+ALPHA, POWER = 0.05, 0.8
+# (name, arm, minus, k): the endpoint is pass@k(arm) - pass@k(minus), paired by seed
+ENDPOINTS = (("i", "max8", "maxrl", 8), ("ii", "maxrl", "max8", 1))
+REPRO_UNITS = ("max8-s10", "maxrl-s10")  # from the replication's folder, rerun at this design's commit
+LABEL = {"max8": "Max@8", "maxrl": "MaxRL"}
+
+
+def verdict(mean: float, p_holm: float, alpha: float = ALPHA) -> str:
+    if p_holm < alpha:
+        return "confirmed" if mean > 0 else "reversed"
+    return "not confirmed"
+
+
+def _endpoint_values(units: dict, seeds: list[int]) -> dict[str, list[float]]:
+    return {name: [pass_at_k(units[f"{arm}-s{s}"], k) - pass_at_k(units[f"{minus}-s{s}"], k) for s in seeds]
+            for name, arm, minus, k in ENDPOINTS}  # fmt: skip
+
+
+def repro_check(replication: dict, repro_dir: Path, commits: list[str]) -> dict:
+    """Each of `REPRO_UNITS` rerun at the design's commit: the same correct count on every problem?"""
+    out = {"units": list(REPRO_UNITS), "path": f"{repro_dir.name}/", "per_unit": {}}
+    for name in REPRO_UNITS:
+        path = repro_dir / f"{name}.json"
+        if not path.exists() or name not in replication:
+            out["per_unit"][name] = {"status": "not available"}
+            continue
+        rerun, orig = json.loads(path.read_text()), replication[name]
+        if commits and rerun.get("commit") not in commits:
+            out["per_unit"][name] = {"status": "not available", "note": f"the rerun ran at {rerun.get('commit')}"}
+            continue
+        same = rerun["eval"]["problem_ids"] == orig["eval"]["problem_ids"]
+        differing = sum(x != y for x, y in zip(orig["eval"]["correct"], rerun["eval"]["correct"])) if same else None
+        out["per_unit"][name] = {"status": "passed" if differing == 0 else "failed", "commit": rerun.get("commit"),
+                                 "original_commit": orig.get("commit"), "problems_differing": differing}  # fmt: skip
+    statuses = {e["status"] for e in out["per_unit"].values()}
+    out["status"] = "passed" if statuses == {"passed"} else "failed" if "failed" in statuses else "not available"
+    return out
+
+
+def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Path | None = None) -> dict:
+    units = load_units(assets) if assets.is_dir() else {}
+    expected = [f"{arm}-s{s}" for s in SEEDS for arm in ARMS]
+    failures = read_failures(assets.parent / f"{assets.name}_failures.json")
+    attempts = {u: sum(r["unit"] == u for r in failures) for u in expected}
+    gave_up = sorted({int(u.rsplit("-s", 1)[1]) for u, a in attempts.items() if a >= MAX_ATTEMPTS and u not in units})
+    if units:
+        check_units(units)
+    done = [s for s in SEEDS if all(f"{arm}-s{s}" in units for arm in ARMS)]
+    values = _endpoint_values(units, done)
+    commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
+    p8 = {u: pass_at_k(units[u], 8) for u in expected if u in units}
+    at_ceiling = sorted({int(u.rsplit("-s", 1)[1]) for u, v in p8.items() if v >= CEILING})
+    complete = all(s in done or s in gave_up for s in SEEDS)
+    report = {
+        "design": {"arms": list(ARMS), "seeds": list(SEEDS), "alpha": ALPHA, "correction": "Holm over the endpoints",
+                   "endpoints": [{"name": n, "arm": a, "minus": m, "metric": f"pass@{k}"} for n, a, m, k in ENDPOINTS],
+                   "test": "two-sided one-sample t test of mean = 0 over seeds, per endpoint"},
+        "units": {"expected": len(expected), "present": sum(u in units for u in expected),
+                  "missing": [u for u in expected if u not in units],
+                  "outside_the_design": sorted(u for u in units if u not in expected)},
+        "commits": commits, "failures": failures, "missing_seeds": gave_up,
+        "per_seed": [{"seed": s, **{f"{a} pass@{k}": pass_at_k(units[f"{a}-s{s}"], k) for a in ARMS for k in (8, 1)},
+                      **{n: values[n][i] for n, *_ in ENDPOINTS}} for i, s in enumerate(done)],
+        "ceiling": {"threshold": CEILING, "metric": "pass@8 of either arm", "seeds": at_ceiling},
+        "complete": complete,
+    }  # fmt: skip
+    if not complete or len(done) < 2:
+        report["interim"] = {"pairs": len(done), "means": {n: sum(v) / len(v) if v else None for n, v in values.items()}}
+        return report
+    tests = {n: seed_t_test(torch.tensor(v, dtype=torch.float64)) for n, v in values.items()}
+    adjusted = dict(zip(tests, holm([t["p"] for t in tests.values()])))
+    level = 1 - ALPHA / len(ENDPOINTS)  # the interval that goes with Holm's first step (Bonferroni)
+    report["tests"] = {n: {**t, "p_holm": adjusted[n], "verdict": verdict(t["mean"], adjusted[n]),
+                           "ci_adjusted": seed_t_test(torch.tensor(values[n], dtype=torch.float64), level)["ci"],
+                           "ci_adjusted_level": level, "above": sum(v > 0 for v in values[n]),
+                           "detectable": detectable(t["sd"], t["n"], ALPHA / len(ENDPOINTS), POWER)}
+                       for n, t in tests.items()}  # fmt: skip
+    if replication_dir and replication_dir.is_dir():
+        old_units = load_units(replication_dir)
+        old = [s for s in sorted({u["seed"] for u in old_units.values() if u["seed"] is not None})
+               if all(f"{arm}-s{s}" in old_units for arm in ARMS)]  # fmt: skip
+        old_values = _endpoint_values(old_units, old)
+        check = repro_check(old_units, repro_dir or assets.parent / f"{assets.name}_repro", commits)
+        report["pooled"] = {"seeds": old + done, "reproduction_check": check, "commits": sorted(
+            {old_units[f"{a}-s{s}"].get("commit", "unknown") for s in old for a in ARMS} | set(commits)),
+            **{n: seed_t_test(torch.tensor(old_values[n] + values[n], dtype=torch.float64)) for n in values}}  # fmt: skip
+    return report
+
+
+def _clause(name: str, t: dict) -> str:
+    _, arm, minus, k = next(e for e in ENDPOINTS if e[0] == name)
+    a, b, x = LABEL[arm], LABEL[minus], f"{100 * abs(t['mean']):.1f} points"
+    ci = f"[95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (Holm p = {t['p_holm']:.2g})"
+    if t["verdict"] == "confirmed":
+        return f"{a}'s pass@{k} was {x} above {b}'s {ci}"
+    if t["verdict"] == "reversed":
+        return f"{a}'s pass@{k} was {x} below {b}'s, the reverse of the tested direction {ci}"
+    return f"{a}'s pass@{k} over {b}'s was not confirmed: {_pts(t['mean'])} points {ci}"
+
+
+def readme_sentence(r: dict) -> str:
+    """The README's sentence, one clause per endpoint, worded by its verdict as the pre-registration fixed it."""
+    n = next(iter(r["tests"].values()))["n"]
+    clauses = [_clause(name, r["tests"][name]) for name, *_ in ENDPOINTS]
+    return f"In a pre-registered head-to-head on {n} fresh seeds, {clauses[0]}; {clauses[1]}."
+
+
+def table(r: dict) -> str:
+    des, units = r["design"], r["units"]
+    eps = "; ".join(f"({e['name']}) {e['arm']} - {e['minus']} on {e['metric']}" for e in des["endpoints"])
+    lines = [f"**Pre-registered head-to-head** ({eps}; seeds {des['seeds'][0]}-{des['seeds'][-1]}; {des['test']}, "
+             f"{des['correction']}, alpha {des['alpha']}): {units['present']} of {units['expected']} units in.", ""]  # fmt: skip
+    lines.append(f"- Units ran at: {', '.join(r['commits']) or '-'}."
+                 + (" More than one commit, or a dirty tree: not the pre-registered protocol." if len(r["commits"]) > 1
+                    or any(c.endswith("+dirty") for c in r["commits"]) else ""))  # fmt: skip
+    fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
+    lines.append(f"- Failed attempts (each is rerun at the same seed): {fails}."
+                 + (f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"]
+                    else ""))  # fmt: skip
+    if units["outside_the_design"]:
+        lines.append(f"- Units outside the design: {', '.join(units['outside_the_design'])}.")
+    c = r["ceiling"]
+    lines.append(f"- Ceiling: {c['metric']} >= {c['threshold']:.0%} at seeds {', '.join(map(str, c['seeds'])) or 'none'}; "
+                 "none is excluded.")  # fmt: skip
+    lines += ["", "| seed | max8 pass@8 (%) | maxrl pass@8 (%) | (i) (points) | max8 pass@1 (%) | maxrl pass@1 (%) | "
+              "(ii) (points) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in r["per_seed"]:
+        lines.append(f"| {row['seed']} | {100 * row['max8 pass@8']:.1f} | {100 * row['maxrl pass@8']:.1f} | "
+                     f"{_pts(row['i'])} | {100 * row['max8 pass@1']:.1f} | {100 * row['maxrl pass@1']:.1f} | "
+                     f"{_pts(row['ii'])} |")  # fmt: skip
+    lines.append("")
+    if "tests" not in r:
+        means = ", ".join(f"({n}) {_pts(m)} points" for n, m in r["interim"]["means"].items() if m is not None)
+        lines.append(f"Interim, descriptive only: {r['interim']['pairs']} complete pairs" + (f", mean {means}" if means
+                     else "") + f". The pre-registered tests run only when all {units['expected']} units are in (or a "
+                     "seed is declared missing under the failure rule); no p-value or interval is reported before "
+                     "that.")  # fmt: skip
+        return "\n".join(lines)
+    for e in des["endpoints"]:
+        t = r["tests"][e["name"]]
+        det = t["detectable"]
+        lines.append(f"- **({e['name']}) {e['arm']} - {e['minus']} on {e['metric']}** over {t['n']} seeds: mean "
+                     f"{_pts(t['mean'])} points, 95% t CI [{_pts(t['ci'][0])}, {_pts(t['ci'][1])}], "
+                     f"{t['ci_adjusted_level']:.1%} t CI [{_pts(t['ci_adjusted'][0])}, {_pts(t['ci_adjusted'][1])}], "
+                     f"t = {t['t']:.2f}, p = {t['p']:.3g}, Holm p = {t['p_holm']:.3g}: **{t['verdict']}**; positive at "
+                     f"{t['above']} of {t['n']} seeds; detectable effect (80% power at alpha {ALPHA / 2}, from the "
+                     f"observed seed SD {100 * det['sd']:.1f} points): {100 * det['effect']:.1f} points "
+                     f"({100 * det['effect_range'][0]:.1f} to {100 * det['effect_range'][1]:.1f}).")  # fmt: skip
+    lines += ["", f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
+    if "pooled" in r:
+        p, check = r["pooled"], r["pooled"]["reproduction_check"]
+        parts = "; ".join(f"({n}) {_pts(p[n]['mean'])} [{_pts(p[n]['ci'][0])}, {_pts(p[n]['ci'][1])}], p = "
+                          f"{p[n]['p']:.3g}" for n, *_ in ENDPOINTS)  # fmt: skip
+        per_unit = ", ".join(f"{u} {e['status']}" for u, e in check["per_unit"].items())
+        lines += ["", f"Exploratory (not the pre-registered tests): seeds {p['seeds'][0]}-{p['seeds'][-1]} pooled with "
+                  f"the replication's units ({len(p['seeds'])} seeds; commits {', '.join(c[:7] for c in p['commits'])}): "
+                  f"{parts}. Valid only if the reproduction check passes: {check['status']} ({per_unit})."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def summarize_headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Path | None = None) -> dict:
+    """Writes `<assets>.json` and `<assets>.md` beside the units folder and prints the table."""
+    report = headtohead(assets, replication_dir, repro_dir)
+    (assets.parent / f"{assets.name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (assets.parent / f"{assets.name}.md").write_text(table(report) + "\n")
+    print(table(report))
+    return report

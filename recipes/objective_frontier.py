@@ -1,0 +1,261 @@
+"""The pass@k frontier: where each trained objective lands at every k, and what it costs at the others.
+
+    python recipes/objective_frontier.py        # -> recipes/assets/objective_frontier.{md,json,png}
+
+Reads the committed units of the comparisons (the folders in `SOURCES`, under `recipes/assets/`) and reports, for
+every arm, pass@k and pass^k at k = 1..16 with seed-level 95% t intervals, and paired differences between arms.
+A unit's value at k is the mean over its held-out problems of the U-statistics 1 - C(n-c,k)/C(n,k) (pass@k) and
+C(c,k)/C(n,k) (pass^k) of a problem's c correct of n samples (`compare_summary.curves`).
+
+Pooling. A *set* is one arm's units run at one commit (each unit records the commit it ran at): a curve pools the
+seeds of one set and nothing else. Units without a recorded commit (seeds 0-2) are listed and left out. Two sets of
+different arms are compared on the seeds both have, paired by seed (a t interval over the per-seed differences);
+when their commits differ, the report names the reproduction check linking them (a committed unit rerun at the
+other commit, every per-problem count equal: the `*_repro/` folders), or says that none does. Every interval here
+is exploratory and unadjusted: the pre-registered tests are in their own reports (docs/results.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from compare_summary import curves, load_units  # recipes/, beside this file
+from ordergrad_trl.core.stats import seed_t_test
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+SOURCES = ("compare_objectives", "compare_objectives_replication", "compare_objectives_headtohead")
+REPROS = {"compare_objectives_repro": "compare_objectives",  # rerun folder -> the folder of the units it reran
+          "compare_objectives_replication_repro": "compare_objectives_replication",
+          "compare_objectives_headtohead_repro": "compare_objectives_replication"}  # fmt: skip
+# Which arm of a pair is subtracted: the earlier here (RLOO, the expected reward, first: "X minus RLOO").
+REFERENCE_ORDER = ("rloo", "grpo", "max8", "maxrl", "top2of4", "min4")
+METRICS = ("pass@k", "pass^k")
+SHOWN = (1, 2, 4, 8, 16)  # the k of the tables; the JSON and the figure have every k
+
+
+def set_name(arm: str, commit: str) -> str:
+    return f"{arm}@{commit[:7]}"
+
+
+def _per_seed(units: list[dict]) -> dict[str, torch.Tensor]:
+    """Units of one set, by seed -> {metric: `(S, n)` per-seed values (mean over problems) at k = 1..n}."""
+    per_unit = [curves(torch.tensor(u["eval"]["correct"]), u["num_samples"]) for u in units]
+    return {m: torch.stack([c[m].double().mean(0) for c in per_unit]) for m in METRICS}
+
+
+def _t_columns(values: torch.Tensor) -> dict:
+    """`(S, n)` per-seed values -> per k: the mean over seeds and its 95% t interval (with S >= 2)."""
+    tests = [seed_t_test(values[:, j]) for j in range(values.shape[1])] if len(values) >= 2 else []
+    return {"mean": values.mean(0).tolist(), "ci": [t["ci"] for t in tests] or None}
+
+
+def reproduction_checks(assets: Path, units: dict[str, dict]) -> list[dict]:
+    """Every committed rerun (`<folder>_repro/<unit>.json`) against the unit it reran: the same count on each problem?"""
+    checks = []
+    for folder, source in REPROS.items():
+        for path in sorted((assets / folder).glob("*.json")):
+            rerun = json.loads(path.read_text())
+            original = units.get((source, rerun["unit"]))
+            entry = {"unit": rerun["unit"], "path": f"{folder}/{path.name}", "rerun_commit": rerun.get("commit")}
+            if original is None:
+                checks.append({**entry, "status": "not available", "why": f"no {rerun['unit']} in {source}/"})
+                continue
+            a, b = original["eval"], rerun["eval"]
+            same_ids = a["problem_ids"] == b["problem_ids"]
+            differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if same_ids else None
+            checks.append({**entry, "original_commit": original.get("commit"), "problems_differing": differing,
+                           "status": "passed" if differing == 0 else "failed"})  # fmt: skip
+    return checks
+
+
+def _link(commit_a: str, commit_b: str, checks: list[dict]) -> str | None:
+    """The passed reproduction checks that rerun a unit of one commit at the other (None: not linked)."""
+    pair = {commit_a, commit_b}
+    found = [c["unit"] for c in checks if c["status"] == "passed" and {c.get("original_commit"), c["rerun_commit"]} == pair]
+    return ", ".join(found) or None
+
+
+def _reference_rank(arm: str) -> tuple:
+    return (REFERENCE_ORDER.index(arm), "") if arm in REFERENCE_ORDER else (len(REFERENCE_ORDER), arm)
+
+
+def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
+    units = {(src, name): u for src in sources for name, u in load_units(assets / src).items()}
+    if not units:
+        raise ValueError(f"no units in {[str(assets / s) for s in sources]}")
+    ns = {u["num_samples"] for u in units.values()}
+    ids = {tuple(u["eval"]["problem_ids"]) for u in units.values()}
+    if len(ns) != 1 or len(ids) != 1:
+        raise ValueError(f"units differ in samples ({sorted(ns)}) or problems ({len(ids)} problem lists)")
+    (n,) = ns
+    left_out, grouped, base = [], {}, None
+    for (src, name), u in sorted(units.items(), key=lambda kv: (kv[1]["arm"], -1 if kv[1]["seed"] is None else kv[1]["seed"])):
+        if u["arm"] == "base":
+            base = _per_seed([u])
+        elif not u.get("commit") or u["commit"].endswith("+dirty"):
+            left_out.append({"unit": name, "source": src, "why": "no recorded commit" if not u.get("commit") else "dirty tree"})
+        else:
+            grouped.setdefault(set_name(u["arm"], u["commit"]), (src, []))[1].append(u)
+    checks = reproduction_checks(assets, units)
+    sets, values = {}, {}
+    for key, (src, us) in sorted(grouped.items(), key=lambda kv: (_reference_rank(kv[1][1][0]["arm"]), kv[1][1][0]["seed"])):
+        values[key] = _per_seed(us)  # (S, n) per metric, seeds ascending
+        sets[key] = {"arm": us[0]["arm"], "commit": us[0]["commit"], "source": src, "seeds": [u["seed"] for u in us],
+                     **{m: _t_columns(values[key][m]) for m in METRICS}}  # fmt: skip
+    differences = []
+    for a, b in ((a, b) for a in sets for b in sets if sets[a]["arm"] != sets[b]["arm"]):
+        if _reference_rank(sets[a]["arm"]) <= _reference_rank(sets[b]["arm"]):
+            continue  # each pair once: the later arm minus the earlier (the reference)
+        common = sorted(set(sets[a]["seeds"]) & set(sets[b]["seeds"]))
+        if len(common) < 2:
+            continue
+        rows = {key: [sets[key]["seeds"].index(s) for s in common] for key in (a, b)}
+        entry = {"set": a, "minus": b, "seeds": common,
+                 "commits": "same" if sets[a]["commit"] == sets[b]["commit"] else "differ",
+                 "linked_by": None if sets[a]["commit"] == sets[b]["commit"] else _link(sets[a]["commit"], sets[b]["commit"], checks)}  # fmt: skip
+        for m in METRICS:
+            d = values[a][m][rows[a]] - values[b][m][rows[b]]  # (S, n)
+            tests = [seed_t_test(d[:, j]) for j in range(n)]
+            entry[m] = {"mean": [t["mean"] for t in tests], "ci": [t["ci"] for t in tests], "p": [t["p"] for t in tests],
+                        "above": [int((d[:, j] > 0).sum()) for j in range(n)]}  # fmt: skip
+        differences.append(entry)
+    differences.sort(key=lambda e: (_reference_rank(sets[e["minus"]]["arm"]), e["seeds"][0], _reference_rank(sets[e["set"]]["arm"])))
+    return {"command": "python recipes/objective_frontier.py", "sources": list(sources), "num_samples": n,
+            "num_problems": len(next(iter(ids))), "ks": list(range(1, n + 1)), "units": len(units) - len(left_out),
+            "sets": sets, "main_sets": main_sets(sets, differences), "differences": differences,
+            "reproduction_checks": checks, "left_out": left_out,
+            "base": {m: base[m][0].tolist() for m in METRICS} if base else None}  # fmt: skip
+
+
+def main_sets(sets: dict, differences: list[dict]) -> dict[str, str]:
+    """Each arm's set for the figure: its most seeds among sets compared with RLOO (else its most seeds)."""
+    with_rloo = {e["set"] for e in differences if sets[e["minus"]]["arm"] == "rloo"}
+    out = {}
+    for key, s in sets.items():
+        best = out.get(s["arm"])
+        rank = (s["arm"] == "rloo" or key in with_rloo, len(s["seeds"]), -s["seeds"][0])
+        if best is None or rank > (s["arm"] == "rloo" or best in with_rloo, len(sets[best]["seeds"]), -sets[best]["seeds"][0]):
+            out[s["arm"]] = key
+    return dict(sorted(out.items(), key=lambda kv: _reference_rank(kv[0])))
+
+
+def _seeds(seeds: list[int]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
+
+
+def _cell(mean: float, ci, scale: float = 100, sign: str = "") -> str:
+    return f"{scale * mean:{sign}.1f}" + (f" [{scale * ci[0]:{sign}.1f}, {scale * ci[1]:{sign}.1f}]" if ci else "")
+
+
+def table(r: dict) -> str:
+    head = " | ".join(f"k={k}" for k in SHOWN)
+    lines = [f"# The pass@k frontier ({r['units']} units, {r['num_problems']} held-out problems x {r['num_samples']} samples)",
+             "", f"Built by `{r['command']}` from the committed units in {', '.join(f'`recipes/assets/{s}/`' for s in r['sources'])}. "
+             "A set is one arm's units at one commit; sets are compared on their common seeds, paired by seed. Every "
+             "interval is a seed-level 95% t interval, exploratory and unadjusted (the pre-registered tests are in "
+             "their own reports). One model (SmolLM2-135M-Instruct), one task (`digits`), 8 training steps.", "",
+             "| set | arm | commit | seeds | units from |", "|---|---|---|---|---|"]  # fmt: skip
+    for key, s in r["sets"].items():
+        lines.append(f"| {key} | `{s['arm']}` | {s['commit'][:7]} | {_seeds(s['seeds'])} ({len(s['seeds'])}) | {s['source']}/ |")
+    if r["left_out"]:
+        lines += ["", f"Left out ({len(r['left_out'])} units, no recorded commit or a dirty tree): "
+                  + ", ".join(f"{e['source']}/{e['unit']}" for e in r["left_out"]) + "."]  # fmt: skip
+    lines += ["", "Reproduction checks (a committed unit rerun at another commit):", ""]
+    for c in r["reproduction_checks"]:
+        what = (f"{(c['original_commit'] or 'unrecorded')[:10]} -> {(c['rerun_commit'] or 'unrecorded')[:10]}, "
+                f"{c['problems_differing']} problems differ" if "problems_differing" in c else c["why"])  # fmt: skip
+        lines.append(f"- `{c['unit']}` ({c['path']}): {c['status']} ({what}).")
+    for m in METRICS:
+        lines += ["", f"## {m} (%, mean over seeds [95% t CI])", "", f"| set | seeds | {head} |",
+                  "|---|---|" + "---|" * len(SHOWN)]  # fmt: skip
+        if r["base"]:
+            lines.append("| base model | - | " + " | ".join(f"{100 * r['base'][m][k - 1]:.1f}" for k in SHOWN) + " |")
+        for key, s in r["sets"].items():
+            cells = [_cell(s[m]["mean"][k - 1], s[m]["ci"] and s[m]["ci"][k - 1]) for k in SHOWN]
+            lines.append(f"| {key} | {len(s['seeds'])} | " + " | ".join(cells) + " |")
+    for m in METRICS:
+        lines += ["", f"## {m}: differences (points, paired by seed [95% t CI]; `>0`: seeds where the first set is higher)",
+                  "", f"| set minus set | seeds | commits | {head} |", "|---|---|---|" + "---|" * len(SHOWN)]  # fmt: skip
+        for e in r["differences"]:
+            commits = e["commits"] if e["commits"] == "same" else f"differ ({'linked by ' + e['linked_by'] if e['linked_by'] else 'not linked'})"
+            cells = [_cell(e[m]["mean"][k - 1], e[m]["ci"][k - 1], sign="+") + f" {e[m]['above'][k - 1]}/{len(e['seeds'])}"
+                     for k in SHOWN]  # fmt: skip
+            lines.append(f"| {e['set']} - {e['minus']} | {_seeds(e['seeds'])} | {commits} | " + " | ".join(cells) + " |")
+    lines += ["", "Figure: `objective_frontier.png` (each arm's set in `main_sets` of the JSON: its most seeds among "
+              "the sets compared with RLOO)."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(r: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no figure (pip install matplotlib)")
+        return False
+    ks, sets = r["ks"], r["sets"]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), sharex=True)
+    for i, (arm, key) in enumerate(r["main_sets"].items()):
+        s, color = sets[key], f"C{i}"
+        label = f"{arm} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})"
+        most = len(s["seeds"]) == max(len(sets[k]["seeds"]) for k in r["main_sets"].values())
+        line, band = dict(color=color, marker=".", linewidth=2.2 if most else 1.1), 0.15 if most else 0.06  # fewer seeds: fainter
+        for col, m in enumerate(METRICS):
+            axes[0, col].plot(ks, [100 * v for v in s[m]["mean"]], label=label, **line)
+            if s[m]["ci"]:
+                axes[0, col].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in s[m]["ci"]]), color=color, alpha=band)
+            d = next((e for e in r["differences"] if e["set"] == key and sets[e["minus"]]["arm"] == "rloo"), None)
+            if d:
+                axes[1, col].plot(ks, [100 * v for v in d[m]["mean"]], **line)
+                axes[1, col].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in d[m]["ci"]]), color=color, alpha=band)
+    if r["base"]:
+        for col, m in enumerate(METRICS):
+            axes[0, col].plot(ks, [100 * v for v in r["base"][m]], color="black", linestyle="--", label="base model")
+    for col, m in enumerate(METRICS):
+        axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
+        axes[1, col].set_ylabel(f"{m} minus RLOO at the same seeds\n(points, paired 95% t CI, exploratory)")
+        axes[1, col].axhline(0, color="black", linewidth=0.8)
+        for row in (0, 1):
+            axes[row, col].set_xscale("log", base=2)
+            axes[row, col].set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+            axes[row, col].grid(alpha=0.3)
+        axes[1, col].set_xlabel("k")
+    axes[0, 0].legend(loc="lower right", fontsize=8, title="arm (its set)")
+    fig.suptitle(f"Each objective's pass@k frontier: SmolLM2-135M-Instruct, digits, 8 steps; {r['num_problems']} "
+                 f"problems x {r['num_samples']} samples")  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write(assets: Path = ASSETS, out: Path | None = None) -> dict:
+    """Writes `<out>.json`, `<out>.md` and `<out>.png` (default `recipes/assets/objective_frontier.*`)."""
+    out = out or assets / "objective_frontier"
+    r = frontier(assets)
+    out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
+    out.with_suffix(".md").write_text(table(r) + "\n")
+    plot(r, out.with_suffix(".png"))
+    print(table(r))
+    return r
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--assets_dir", default=str(ASSETS), help="the folder holding the unit folders")
+    parser.add_argument("--out", default=None, help="output path without suffix (default: <assets_dir>/objective_frontier)")
+    args = parser.parse_args()
+    try:
+        write(Path(args.assets_dir), Path(args.out) if args.out else None)
+    except ValueError as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
+
+
+if __name__ == "__main__":
+    main()

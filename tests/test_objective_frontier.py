@@ -1,0 +1,162 @@
+"""recipes/objective_frontier.py on synthetic units, against math.comb and scipy's t: sets split by commit, units
+without a commit left out, pairs on common seeds, reproduction checks linking commits; the CLI from another
+directory; and the committed report rebuilt from the committed units."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "recipes"))
+
+import objective_frontier  # noqa: E402
+
+scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
+N, P = 16, 9
+
+
+def _unit(name, correct, commit):
+    arm, _, seed = name.partition("-s")
+    return {"schema": 1, "unit": name, "arm": arm, "seed": int(seed) if seed else None, "num_samples": N,
+            "commit": commit, "config": {"max_steps": 8}, "train_overrides": [], "train_log": [], "wall_s": 1.0,
+            "eval": {"problem_ids": [f"p{i}" for i in range(P)], "correct": correct, "scored": [N] * P}}  # fmt: skip
+
+
+def _passes(correct, k):
+    """pass@k and pass^k of one unit: means over problems of 1 - C(N-c,k)/C(N,k) and C(c,k)/C(N,k)."""
+    at = sum(1 - math.comb(N - c, k) / math.comb(N, k) for c in correct) / len(correct)
+    hat = sum(math.comb(c, k) / math.comb(N, k) for c in correct) / len(correct)
+    return {"pass@k": at, "pass^k": hat}
+
+
+def _t(values):
+    """scipy's mean, 95% t interval and two-sided p of per-seed values."""
+    m, sem = sum(values) / len(values), scipy_stats.sem(values)
+    if sem == 0:  # every seed alike (e.g. pass^16 = 0 everywhere): a point, and no evidence either way
+        return m, [m, m], 1.0 if m == 0 else 0.0
+    lo, hi = scipy_stats.t.interval(0.95, len(values) - 1, loc=m, scale=sem)
+    return m, [lo, hi], scipy_stats.ttest_1samp(values, 0.0).pvalue
+
+
+@pytest.fixture
+def assets(tmp_path):
+    gen = torch.Generator().manual_seed(3)
+    counts = {}
+
+    def write(folder, name, commit, shift=0, copy_of=None):
+        c = counts[copy_of] if copy_of else (torch.randint(0, 13, (P,), generator=gen) + shift).clamp(0, N).tolist()
+        counts.setdefault(name if not copy_of else f"{folder}/{name}", c)
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / f"{name}.json").write_text(json.dumps(_unit(name, c, commit)))
+        return c
+
+    for s in (3, 4, 5):
+        write("compare_objectives", f"rloo-s{s}", "a" * 40)
+        write("compare_objectives", f"max8-s{s}", "a" * 40, shift=3)
+    write("compare_objectives", "rloo-s0", None)  # the first seeds recorded no commit
+    write("compare_objectives", "grpo-s4", "b" * 40)  # another commit, seeds 4-5: paired with rloo there
+    write("compare_objectives", "grpo-s5", "b" * 40)
+    write("compare_objectives", "base", None)
+    for s in (10, 11, 12, 13):
+        write("compare_objectives_replication", f"rloo-s{s}", "b" * 40)
+        write("compare_objectives_replication", f"max8-s{s}", "b" * 40, shift=2)
+        write("compare_objectives_replication", f"maxrl-s{s}", "c" * 40, shift=1)
+    write("compare_objectives_repro", "rloo-s3", "b" * 40, copy_of="rloo-s3")  # a rerun at b: links a and b
+    (tmp_path / "compare_objectives_replication_repro").mkdir()
+    moved = list(counts["rloo-s10"])
+    moved[0] = (moved[0] + 1) % N
+    (tmp_path / "compare_objectives_replication_repro" / "rloo-s10.json").write_text(
+        json.dumps(_unit("rloo-s10", moved, "c" * 40)))  # a rerun at c that differs: b and c stay unlinked
+    return tmp_path, counts
+
+
+def test_sets_pool_one_arm_at_one_commit_and_match_math_comb_and_scipy(assets):
+    path, counts = assets
+    r = objective_frontier.frontier(path)
+    assert set(r["sets"]) == {"rloo@aaaaaaa", "max8@aaaaaaa", "grpo@bbbbbbb", "rloo@bbbbbbb", "max8@bbbbbbb",
+                              "maxrl@ccccccc"}  # fmt: skip
+    assert r["left_out"] == [{"unit": "rloo-s0", "source": "compare_objectives", "why": "no recorded commit"}]
+    assert r["sets"]["max8@bbbbbbb"]["seeds"] == [10, 11, 12, 13] and r["units"] == 21
+    for key, s in r["sets"].items():
+        for k in range(1, N + 1):
+            per_seed = [_passes(counts[f"{s['arm']}-s{seed}"], k) for seed in s["seeds"]]
+            for m in objective_frontier.METRICS:
+                mean, ci, _ = _t([v[m] for v in per_seed])
+                assert s[m]["mean"][k - 1] == pytest.approx(mean, abs=1e-12), (key, m, k)
+                assert s[m]["ci"][k - 1] == pytest.approx(ci, abs=1e-9), (key, m, k)
+    assert r["base"]["pass@k"][7] == pytest.approx(_passes(counts["base"], 8)["pass@k"], abs=1e-12)
+
+
+def test_differences_are_paired_on_common_seeds_with_the_reference_subtracted(assets):
+    path, counts = assets
+    r = objective_frontier.frontier(path)
+    pairs = {(e["set"], e["minus"]): e for e in r["differences"]}
+    assert set(pairs) == {("max8@aaaaaaa", "rloo@aaaaaaa"), ("grpo@bbbbbbb", "rloo@aaaaaaa"),
+                          ("max8@aaaaaaa", "grpo@bbbbbbb"), ("max8@bbbbbbb", "rloo@bbbbbbb"),
+                          ("maxrl@ccccccc", "rloo@bbbbbbb"), ("maxrl@ccccccc", "max8@bbbbbbb")}  # fmt: skip
+    assert pairs[("grpo@bbbbbbb", "rloo@aaaaaaa")]["seeds"] == [4, 5]
+    assert pairs[("grpo@bbbbbbb", "rloo@aaaaaaa")]["linked_by"] == "rloo-s3"  # the passed rerun a -> b
+    assert pairs[("maxrl@ccccccc", "rloo@bbbbbbb")]["linked_by"] is None  # its rerun b -> c differs on a problem
+    assert pairs[("max8@bbbbbbb", "rloo@bbbbbbb")]["commits"] == "same"
+    for (a, b), e in pairs.items():
+        arm_a, arm_b = a.split("@")[0], b.split("@")[0]
+        for k in (1, 8, 16):
+            for m in objective_frontier.METRICS:
+                d = [_passes(counts[f"{arm_a}-s{s}"], k)[m] - _passes(counts[f"{arm_b}-s{s}"], k)[m] for s in e["seeds"]]
+                mean, ci, p = _t(d)
+                assert e[m]["mean"][k - 1] == pytest.approx(mean, abs=1e-12)
+                assert e[m]["ci"][k - 1] == pytest.approx(ci, abs=1e-9) and e[m]["p"][k - 1] == pytest.approx(p, abs=1e-9)
+                assert e[m]["above"][k - 1] == sum(x > 0 for x in d)
+    checks = {c["unit"]: c for c in r["reproduction_checks"]}
+    assert checks["rloo-s3"]["status"] == "passed" and checks["rloo-s10"]["problems_differing"] == 1
+    assert r["main_sets"] == {"rloo": "rloo@bbbbbbb", "grpo": "grpo@bbbbbbb", "max8": "max8@bbbbbbb",
+                              "maxrl": "maxrl@ccccccc"}  # fmt: skip
+
+
+def test_table_quotes_the_json(assets):
+    path, _ = assets
+    r = objective_frontier.frontier(path)
+    md = objective_frontier.table(r)
+    e = next(e for e in r["differences"] if e["set"] == "max8@bbbbbbb")
+    lo, hi = e["pass@k"]["ci"][7]
+    assert f"{100 * e['pass@k']['mean'][7]:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]" in md
+    assert "differ (linked by rloo-s3)" in md and "differ (not linked)" in md and "rloo-s0" in md
+
+
+def test_units_of_two_protocols_are_refused(assets):
+    path, _ = assets
+    unit = json.loads((path / "compare_objectives" / "rloo-s3.json").read_text())
+    unit["num_samples"] = 8
+    (path / "compare_objectives" / "rloo-s3.json").write_text(json.dumps(unit))
+    with pytest.raises(ValueError, match="differ in samples"):
+        objective_frontier.frontier(path)
+
+
+def test_cli_from_another_directory_writes_the_three_files(assets, tmp_path_factory):
+    path, _ = assets
+    elsewhere = tmp_path_factory.mktemp("cwd")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(REPO / "recipes" / "objective_frontier.py"), "--assets_dir", str(path)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((path / "objective_frontier.json").read_text())["units"] == 21
+    assert (path / "objective_frontier.md").read_text().startswith("# The pass@k frontier")
+    empty = tmp_path_factory.mktemp("empty")
+    result = subprocess.run([*cmd[:2], "--assets_dir", str(empty)], env=env, capture_output=True, text=True,
+                            timeout=600, cwd=elsewhere)  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no units" in result.stderr
+
+
+def test_the_committed_frontier_is_what_the_committed_units_give():
+    from test_published_results import _same
+
+    committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
+    fresh = json.loads(json.dumps(objective_frontier.frontier()))
+    assert _same(fresh, committed), "stale: rerun `python recipes/objective_frontier.py`"
+    assert (objective_frontier.ASSETS / "objective_frontier.md").read_text() == objective_frontier.table(committed) + "\n"
