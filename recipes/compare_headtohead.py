@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, read_failures
-from compare_seed_level import CEILING, detectable
+from compare_seed_level import CEILING, detectable, stable
 from compare_summary import check_units, load_units
 from ordergrad_trl.core.stats import holm, seed_t_test
 
@@ -121,7 +121,7 @@ def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Pat
 
 def _clause(name: str, t: dict) -> str:
     _, arm, minus, k = next(e for e in ENDPOINTS if e[0] == name)
-    a, b, x = LABEL[arm], LABEL[minus], f"{100 * abs(t['mean']):.1f} points"
+    a, b, x = LABEL[arm], LABEL[minus], f"{stable(100 * abs(t['mean'])):.1f} points"
     ci = f"[95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (Holm p = {t['p_holm']:.2g})"
     if t["verdict"] == "confirmed":
         return f"{a}'s pass@{k} was {x} above {b}'s {ci}"
@@ -157,8 +157,8 @@ def table(r: dict) -> str:
     lines += ["", "| seed | max8 pass@8 (%) | maxrl pass@8 (%) | (i) (points) | max8 pass@1 (%) | maxrl pass@1 (%) | "
               "(ii) (points) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in r["per_seed"]:
-        lines.append(f"| {row['seed']} | {100 * row['max8 pass@8']:.1f} | {100 * row['maxrl pass@8']:.1f} | "
-                     f"{_pts(row['i'])} | {100 * row['max8 pass@1']:.1f} | {100 * row['maxrl pass@1']:.1f} | "
+        lines.append(f"| {row['seed']} | {stable(100 * row['max8 pass@8']):.1f} | {stable(100 * row['maxrl pass@8']):.1f} | "
+                     f"{_pts(row['i'])} | {stable(100 * row['max8 pass@1']):.1f} | {stable(100 * row['maxrl pass@1']):.1f} | "
                      f"{_pts(row['ii'])} |")  # fmt: skip
     lines.append("")
     if "tests" not in r:
@@ -176,8 +176,8 @@ def table(r: dict) -> str:
                      f"{t['ci_adjusted_level']:.1%} t CI [{_pts(t['ci_adjusted'][0])}, {_pts(t['ci_adjusted'][1])}], "
                      f"t = {t['t']:.2f}, p = {t['p']:.3g}, Holm p = {t['p_holm']:.3g}: **{t['verdict']}**; positive at "
                      f"{t['above']} of {t['n']} seeds; detectable effect (80% power at alpha {ALPHA / 2}, from the "
-                     f"observed seed SD {100 * det['sd']:.1f} points): {100 * det['effect']:.1f} points "
-                     f"({100 * det['effect_range'][0]:.1f} to {100 * det['effect_range'][1]:.1f}).")  # fmt: skip
+                     f"observed seed SD {stable(100 * det['sd']):.1f} points): {stable(100 * det['effect']):.1f} points "
+                     f"({stable(100 * det['effect_range'][0]):.1f} to {stable(100 * det['effect_range'][1]):.1f}).")  # fmt: skip
     lines += ["", f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
     if "pooled" in r:
         p, check = r["pooled"], r["pooled"]["reproduction_check"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from compare_seed_level import CEILING, detectable
+from compare_seed_level import CEILING, detectable, stable
 from compare_summary import check_units, curves, load_units
 from ordergrad_trl.core.stats import seed_t_test
 
@@ -89,8 +89,10 @@ def exploratory_arm(units: dict, arm: str) -> dict:
         paired = [s for s in seeds if f"{ref}-s{s}" in units]
         d = [out["pass@8"][s] - pass_at_k(units[f"{ref}-s{s}"]) for s in paired]
         entry = {"seeds": paired, "d": d, "mean": sum(d) / len(d) if d else None}
-        if len(paired) == len(SEEDS):
-            entry.update(seed_t_test(torch.tensor(d, dtype=torch.float64)))
+        if len(paired) == len(SEEDS):  # descriptive: no test was pre-registered for it, so nothing is adjusted
+            test = seed_t_test(torch.tensor(d, dtype=torch.float64))
+            test["p_unadjusted"] = test.pop("p")
+            entry.update(test, inference="exploratory: unadjusted 95% t interval and p, no verdict")
         out["minus"][ref] = entry
     return out
 
@@ -144,7 +146,7 @@ def replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path
 def readme_sentence(r: dict) -> str:
     """The README's sentence for each outcome, worded as the pre-registration fixed it."""
     t = r["test"]
-    x, ci = f"{100 * abs(t['mean']):.1f} points [95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (p = {t['p']:.2g})", t["ci"]
+    x, ci = f"{stable(100 * abs(t['mean'])):.1f} points [95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (p = {t['p']:.2g})", t["ci"]
     n = f"{t['n']} fresh seeds"
     if t["verdict"] == "confirmed":
         return f"In a pre-registered replication on {n}, Max@8 raised pass@8 over RLOO by {x}."
@@ -155,7 +157,7 @@ def readme_sentence(r: dict) -> str:
 
 
 def _pts(x: float) -> str:
-    return f"{100 * x:+.1f}"
+    return f"{stable(100 * x):+.1f}"
 
 
 def table(r: dict) -> str:
@@ -178,14 +180,14 @@ def table(r: dict) -> str:
     lines += ["", f"| seed | {des['baseline']} {des['endpoint']} (%) | {des['arm']} {des['endpoint']} (%) | d (points) |",
               "|---|---|---|---|"]  # fmt: skip
     for row in r["per_seed"]:
-        lines.append(f"| {row['seed']} | {100 * row[des['baseline']]:.1f} | {100 * row[des['arm']]:.1f} | {_pts(row['d'])} |")
+        lines.append(f"| {row['seed']} | {stable(100 * row[des['baseline']]):.1f} | {stable(100 * row[des['arm']]):.1f} | {_pts(row['d'])} |")
     lines.append("")
     for arm, e in r.get("exploratory_arms", {}).items():
         parts = []
         for ref, m in e["minus"].items():
             if m["mean"] is None:
                 continue
-            ci = f", 95% t CI [{_pts(m['ci'][0])}, {_pts(m['ci'][1])}]" if "ci" in m else ""
+            ci = f", unadjusted 95% t CI [{_pts(m['ci'][0])}, {_pts(m['ci'][1])}]" if "ci" in m else ""
             parts.append(f"minus {ref} {_pts(m['mean'])} points over {len(m['seeds'])} seeds{ci}")
         lines.append(f"- Exploratory arm `{arm}` (not pre-registered, no test; ran at {', '.join(e['commits'])}): "
                      f"{len(e['seeds'])} of {len(SEEDS)} seeds; {des['endpoint']} " + ("; ".join(parts) or "no pairs yet")
@@ -205,9 +207,9 @@ def table(r: dict) -> str:
                  f"**{t['verdict']}** (confirmed: p < {des['alpha']} and mean > 0; reversal: p < {des['alpha']} and "
                  "mean < 0).")  # fmt: skip
     lines.append(f"Detectable effect (80% power at alpha {des['alpha']}, computed from the observed seed SD "
-                 f"{100 * det['sd']:.1f} points, whose 95% chi-square interval is [{100 * det['sd_ci'][0]:.1f}, "
-                 f"{100 * det['sd_ci'][1]:.1f}]): {100 * det['effect']:.1f} points, {100 * det['effect_range'][0]:.1f} "
-                 f"to {100 * det['effect_range'][1]:.1f} over that interval.")  # fmt: skip
+                 f"{stable(100 * det['sd']):.1f} points, whose 95% chi-square interval is [{stable(100 * det['sd_ci'][0]):.1f}, "
+                 f"{stable(100 * det['sd_ci'][1]):.1f}]): {stable(100 * det['effect']):.1f} points, {stable(100 * det['effect_range'][0]):.1f} "
+                 f"to {stable(100 * det['effect_range'][1]):.1f} over that interval.")  # fmt: skip
     lines += ["", f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
     if "pooled" in r:
         p, check = r["pooled"], r["pooled"]["reproduction_check"]

@@ -143,9 +143,16 @@ def base_sign_test(summary: dict) -> dict | None:
             "seeds": sign_test([sum(v) / len(v) for v in by_seed.values()])}  # fmt: skip
 
 
+def stable(x: float) -> float:
+    """`x` rounded to 9 decimals before printing: a mean of counts can be an exact decimal tie (81.15), and the last
+    bit of a torch reduction (so the side it rounds to) differs between CPUs; rounded first, it prints alike on all."""
+    return round(x, 9)
+
+
 def _pts(x: float, fmt: str) -> str:
     """x in points; a nonzero value that would round to 0.0 keeps two decimals (its sign is the point)."""
-    return f"{100 * x:{fmt.replace('.1f', '.2f')}}" if 0 < abs(100 * x) < 0.05 else f"{100 * x:{fmt}}"
+    x = stable(100 * x)
+    return f"{x:{fmt.replace('.1f', '.2f')}}" if 0 < abs(x) < 0.05 else f"{x:{fmt}}"
 
 
 def _cell(value: float, ci: list[float], fmt: str) -> str:
@@ -165,11 +172,11 @@ def seed_level_table(sl: dict, head: list[str], ks: list[int], sign: dict | None
              "| arm | endpoint | seeds | d per seed | mean [95% t CI] | p | Holm p | adjusted CI | detectable "
              "[range] | ceiling seeds |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for e in sl["primaries"]:
-        per = " / ".join(f"{100 * d:+.1f}" for d in e["per_seed"])
+        per = " / ".join(f"{stable(100 * d):+.1f}" for d in e["per_seed"])
         lo, hi = e["detectable_range"]
         lines.append(f"| {e['arm']} | {e['metric']} | {len(e['seeds'])} | {per} | {_cell(e['mean'], e['ci'], '+.1f')} "
                      f"| {e['p']:.3g} | {e['p_holm']:.3g} | {_cell(e['mean'], e['ci_adjusted'], '+.1f')} "
-                     f"| {100 * e['detectable']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] "
+                     f"| {stable(100 * e['detectable']):.1f} [{stable(100 * lo):.1f}, {stable(100 * hi):.1f}] "
                      f"| {', '.join(map(str, e['ceiling_seeds'])) or '-'} |")  # fmt: skip
     if sl.get("unseen"):
         seen = ", ".join(map(str, sl["seen_seeds"]))
@@ -182,8 +189,8 @@ def seed_level_table(sl: dict, head: list[str], ks: list[int], sign: dict | None
             lines.append(f"| {e['arm']} | {e['metric']} | {seeds} | {_cell(e['mean'], e['ci'], '+.1f')} | {e['p']:.3g} |")
     if sign:
         u, s = sign["units"], sign["seeds"]
-        lines += ["", f"Pass@1 against the base model's {100 * sign['base_pass@1']:.1f}%: above it in {u['above']} of "
-                  f"{u['n'] + u['ties']} trained units (by {100 * u['min']:+.1f} to {100 * u['max']:+.1f} points; "
+        lines += ["", f"Pass@1 against the base model's {stable(100 * sign['base_pass@1']):.1f}%: above it in {u['above']} of "
+                  f"{u['n'] + u['ties']} trained units (by {stable(100 * u['min']):+.1f} to {stable(100 * u['max']):+.1f} points; "
                   f"exact two-sided sign test over units p = {u['p']:.2g}, treating units as independent) and, "
                   f"averaged over the arms at each seed, at {s['above']} of {s['n'] + s['ties']} seeds (sign test "
                   f"over seeds p = {s['p']:.2g})."]  # fmt: skip

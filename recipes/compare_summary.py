@@ -25,7 +25,7 @@ import torch
 
 from ordergrad_trl import lstat_value, rank_weights
 from compare_plot import plot  # recipes/, beside this file
-from compare_seed_level import base_sign_test, seed_level, seed_level_table
+from compare_seed_level import base_sign_test, seed_level, seed_level_table, stable
 from ordergrad_trl.core.estimators import scale_advantages
 from ordergrad_trl.core.plan import build_plan
 from ordergrad_trl.core.stats import percentile_interval, resample_means
@@ -241,7 +241,7 @@ def summarize(
 
 def _cell(value: float, ci: list[float], fmt: str) -> str:
     """"value [low, high]" in %."""
-    return f"{100 * value:{fmt}} [{100 * ci[0]:{fmt}}, {100 * ci[1]:{fmt}}]"
+    return f"{stable(100 * value):{fmt}} [{stable(100 * ci[0]):{fmt}}, {stable(100 * ci[1]):{fmt}}]"
 
 
 def _cells(curves: dict, ks: list[int], fmt: str) -> list[str]:
@@ -272,7 +272,7 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         lines.append("| arm | seeds | " + " | ".join(head) + " |")
         lines.append("|---|---|" + "---|" * len(head))
         for arm, entry in summary["arms"].items():
-            cells = [" / ".join(f"{100 * s[k - 1]:.1f}" for s in entry[metric]["per_seed"])
+            cells = [" / ".join(f"{stable(100 * s[k - 1]):.1f}" for s in entry[metric]["per_seed"])
                      for metric, kk in (("pass@k", ks), ("pass^k", ks[1:])) for k in kk]  # fmt: skip
             seeds = ", ".join(str(s) for s in entry["seeds"] if s is not None) or "-"
             lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
@@ -311,5 +311,5 @@ def table(summary: dict, ks=(1, 2, 4, 8, 16)) -> str:
         lines.append("| arm | " + " | ".join(f"c={c}" for c in range(1, n)) + " |")
         lines.append("|---|" + "---|" * (n - 1))
         for arm, weights in gw["arms"].items():
-            lines.append(f"| {arm} | " + " | ".join(f"{w:.2f}" for w in weights[1:n]) + " |")
+            lines.append(f"| {arm} | " + " | ".join(f"{stable(w):.2f}" for w in weights[1:n]) + " |")
     return "\n".join(lines)

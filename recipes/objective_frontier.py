@@ -1,6 +1,7 @@
 """The pass@k frontier: where each trained objective lands at every k, and what it costs at the others.
 
     python recipes/objective_frontier.py        # -> recipes/assets/objective_frontier.{md,json,png}
+                                                #    and the table of docs/choosing-an-objective.md
 
 Reads the committed units of the comparisons (the folders in `SOURCES`, under `recipes/assets/`) and reports, for
 every arm, pass@k and pass^k at k = 1..16 with seed-level 95% t intervals, and paired differences between arms.
@@ -23,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from compare_summary import curves, load_units  # recipes/, beside this file
+from compare_seed_level import stable  # recipes/, beside this file
+from compare_summary import curves, load_units
 from ordergrad_trl.core.stats import seed_t_test
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -147,8 +149,14 @@ def _seeds(seeds: list[int]) -> str:
     return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
 
 
-def _cell(mean: float, ci, scale: float = 100, sign: str = "") -> str:
-    return f"{scale * mean:{sign}.1f}" + (f" [{scale * ci[0]:{sign}.1f}, {scale * ci[1]:{sign}.1f}]" if ci else "")
+def _num(x: float, sign: str) -> str:
+    """Points with one decimal; a nonzero value that would print as 0.0 keeps two (-0.04, not -0.0)."""
+    x = stable(100 * x)
+    return f"{x:{sign}.2f}" if 0 < abs(x) < 0.05 else f"{x:{sign}.1f}"
+
+
+def _cell(mean: float, ci, sign: str = "") -> str:
+    return _num(mean, sign) + (f" [{_num(ci[0], sign)}, {_num(ci[1], sign)}]" if ci else "")
 
 
 def table(r: dict) -> str:
@@ -173,7 +181,7 @@ def table(r: dict) -> str:
         lines += ["", f"## {m} (%, mean over seeds [95% t CI])", "", f"| set | seeds | {head} |",
                   "|---|---|" + "---|" * len(SHOWN)]  # fmt: skip
         if r["base"]:
-            lines.append("| base model | - | " + " | ".join(f"{100 * r['base'][m][k - 1]:.1f}" for k in SHOWN) + " |")
+            lines.append("| base model | - | " + " | ".join(_num(r["base"][m][k - 1], "") for k in SHOWN) + " |")
         for key, s in r["sets"].items():
             cells = [_cell(s[m]["mean"][k - 1], s[m]["ci"] and s[m]["ci"][k - 1]) for k in SHOWN]
             lines.append(f"| {key} | {len(s['seeds'])} | " + " | ".join(cells) + " |")
@@ -188,6 +196,40 @@ def table(r: dict) -> str:
     lines += ["", "Figure: `objective_frontier.png` (each arm's set in `main_sets` of the JSON: its most seeds among "
               "the sets compared with RLOO)."]  # fmt: skip
     return "\n".join(lines)
+
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "choosing-an-objective.md"
+GUIDE_MARKERS = ("<!-- frontier:start -->", "<!-- frontier:end -->")
+
+
+def guide_table(r: dict) -> str:
+    """The guide's table: each arm's main set minus RLOO at the same seeds, then the pairs of main sets of the other
+    arms (e.g. MaxRL minus Max@8)."""
+    from compare_objectives import ARMS  # each arm's recipe flags: how a user trains it
+
+    main, arm = r["main_sets"], {key: s["arm"] for key, s in r["sets"].items()}
+    vs_rloo = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and arm[e["minus"]] == "rloo"]
+    others = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and main[arm[e["minus"]]] == e["minus"]
+              and not {arm[e["set"]], arm[e["minus"]]} & {"rloo", "grpo"}]  # fmt: skip
+    ks = [f"pass@{k}" for k in SHOWN] + ["pass^4"]
+    lines = ["| arm (recipe flags) | minus | seeds | " + " | ".join(ks) + " |", "|---|---|---|" + "---|" * len(ks)]
+    for e in vs_rloo + others:
+        a, b = arm[e["set"]], arm[e["minus"]]
+        cells = [_cell(e[m]["mean"][k - 1], e[m]["ci"][k - 1], sign="+") for m, k in
+                 [("pass@k", k) for k in SHOWN] + [("pass^k", 4)]]  # fmt: skip
+        flags = " ".join(ARMS.get(a, []))
+        lines.append(f"| `{a}` (`{flags}`) | `{b}` | {_seeds(e['seeds'])} ({len(e['seeds'])}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def update_guide(r: dict, guide: Path = GUIDE) -> bool:
+    """Rewrites the table between the guide's markers (docs/choosing-an-objective.md) from the report."""
+    if not guide.exists():
+        return False
+    text = guide.read_text()
+    start, end = (text.index(m) for m in GUIDE_MARKERS)
+    guide.write_text(text[: start + len(GUIDE_MARKERS[0])] + "\n" + guide_table(r) + "\n" + text[end:])
+    return True
 
 
 def plot(r: dict, path: Path) -> bool:
@@ -242,6 +284,8 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict:
     out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
     out.with_suffix(".md").write_text(table(r) + "\n")
     plot(r, out.with_suffix(".png"))
+    if assets.resolve() == ASSETS:  # the committed units: the guide quotes them
+        update_guide(r)
     print(table(r))
     return r
 

@@ -177,4 +177,7 @@ def test_an_exploratory_arm_is_reported_apart_from_the_test(tmp_path):
         d = [_pass8(counts[f"maxrl-s{s}"]) - _pass8(counts[f"{ref}-s{s}"]) for s in range(10, 25)]
         ci = scipy_stats.ttest_1samp(d, 0).confidence_interval(0.95)
         assert full["minus"][ref]["ci"] == pytest.approx([ci.low, ci.high], rel=1e-9), ref
-    assert "minus max8" in (tmp_path / "compare_objectives_replication.md").read_text()
+        assert full["minus"][ref]["p_unadjusted"] == pytest.approx(scipy_stats.ttest_1samp(d, 0).pvalue, rel=1e-9)
+        assert "p" not in full["minus"][ref] and full["minus"][ref]["inference"].startswith("exploratory: unadjusted")
+    assert "minus max8" in (md := (tmp_path / "compare_objectives_replication.md").read_text())
+    assert md.count("unadjusted 95% t CI") == 2

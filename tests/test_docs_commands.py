@@ -195,6 +195,22 @@ def check_summarize(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     assert (assets / "compare_objectives.md").read_text() == committed, "the committed summary is stale: --summarize"
 
 
+def check_frontier(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """The committed units (and reruns) copied, the report rebuilt there: it must equal the committed one."""
+    import shutil
+
+    sys.path.insert(0, str(REPO / "recipes"))
+    from objective_frontier import REPROS, SOURCES
+
+    assets = tmp_path / "assets"
+    for folder in (*SOURCES, *REPROS):
+        if (REPO / "recipes" / "assets" / folder).is_dir():
+            shutil.copytree(REPO / "recipes" / "assets" / folder, assets / folder)
+    run([sys.executable, *absolute(cmd.argv[1:]), "--assets_dir", str(assets)], tmp_path)
+    committed = (REPO / "recipes" / "assets" / "objective_frontier.md").read_text()
+    assert (assets / "objective_frontier.md").read_text() == committed, "stale: python recipes/objective_frontier.py"
+
+
 HANDLERS = [
     (r"pip install\b", check_pip),
     (r"python -m pytest\b", check_pytest),
@@ -207,6 +223,7 @@ HANDLERS = [
     (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
     (r"python recipes/compare_objectives\.py$", delegated("test_compare_objectives")),
     (r"python recipes/compare_objectives\.py --summarize$", check_summarize),
+    (r"python recipes/objective_frontier\.py$", check_frontier),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
     (r"python benchmarks/maj_speed\.py$", check_script(["--quick"])),

@@ -160,3 +160,39 @@ def test_the_committed_frontier_is_what_the_committed_units_give():
     fresh = json.loads(json.dumps(objective_frontier.frontier()))
     assert _same(fresh, committed), "stale: rerun `python recipes/objective_frontier.py`"
     assert (objective_frontier.ASSETS / "objective_frontier.md").read_text() == objective_frontier.table(committed) + "\n"
+
+
+QUOTE = r"([+-]\d+\.\d+)(?: points)? \[(?:unadjusted 95% t CI |95% t CI |95% CI )?([+-]\d+\.\d+), ([+-]\d+\.\d+)\]"
+
+
+def _segment(text: str, start: str, end: str) -> str:
+    i = text.index(start)
+    return " ".join(text[i : text.index(end, i)].split())  # sentences wrap anywhere
+
+
+def test_the_guide_and_every_quoted_cost_are_the_committed_report():
+    """docs/choosing-an-objective.md's table is the report's; every "mean [low, high]" that the guide, the README's
+    replication sentences and docs/results.md's cost and maxrl bullets quote is a difference the report holds."""
+    import re
+
+    from objective_frontier import METRICS, _num
+
+    committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
+    guide = objective_frontier.GUIDE.read_text()
+    start, end = (guide.index(m) for m in objective_frontier.GUIDE_MARKERS)
+    assert guide[start:end].split("\n", 1)[1].strip() == objective_frontier.guide_table(committed)
+    held = {(_num(e[m]["mean"][j], "+"), _num(e[m]["ci"][j][0], "+"), _num(e[m]["ci"][j][1], "+"))
+            for e in committed["differences"] for m in METRICS for j in range(len(committed["ks"]))}  # fmt: skip
+    readme = (REPO / "README.md").read_text()
+    results = (REPO / "docs" / "results.md").read_text()
+    segments = {
+        "guide outside its table": guide[:start] + guide[end:],
+        "README caption": _segment(readme, "*SmolLM2-135M-Instruct", "## Installation"),
+        "README replication": _segment(readme, "**Replication.**", "- **Overhead**"),
+        "results cost bullet": _segment(results, "- **Its cost, on the same 30 units**", "- **Scope.**"),
+        "results maxrl bullet": _segment(results, "- **Exploratory arm `maxrl`**", "```text"),
+    }
+    for where, text in segments.items():
+        quoted = re.findall(QUOTE, " ".join(text.split()))
+        assert len(quoted) >= 2, where
+        assert not set(quoted) - held, f"{where} quotes {set(quoted) - held}, which the report does not hold"
