@@ -152,8 +152,8 @@ def table(r: dict) -> str:
     if units["outside_the_design"]:
         lines.append(f"- Units outside the design: {', '.join(units['outside_the_design'])}.")
     c = r["ceiling"]
-    lines.append(f"- Ceiling: {c['metric']} >= {c['threshold']:.0%} at seeds {', '.join(map(str, c['seeds'])) or 'none'}; "
-                 "none is excluded.")  # fmt: skip
+    where = f"at seeds {', '.join(map(str, c['seeds']))}" if c["seeds"] else "at no seed"
+    lines.append(f"- Ceiling: {c['metric']} >= {c['threshold']:.0%} {where}; none is excluded.")
     lines += ["", "| seed | max8 pass@8 (%) | maxrl pass@8 (%) | (i) (points) | max8 pass@1 (%) | maxrl pass@1 (%) | "
               "(ii) (points) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in r["per_seed"]:

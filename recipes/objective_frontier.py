@@ -146,7 +146,9 @@ def main_sets(sets: dict, differences: list[dict]) -> dict[str, str]:
 
 
 def _seeds(seeds: list[int]) -> str:
-    return f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ",".join(map(str, seeds))
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
 
 
 def _num(x: float, sign: str) -> str:

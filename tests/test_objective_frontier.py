@@ -196,3 +196,16 @@ def test_the_guide_and_every_quoted_cost_are_the_committed_report():
         quoted = re.findall(QUOTE, " ".join(text.split()))
         assert len(quoted) >= 2, where
         assert not set(quoted) - held, f"{where} quotes {set(quoted) - held}, which the report does not hold"
+
+
+def test_docs_state_the_maxrl_reproduction_check_as_the_report_has_it():
+    """docs/results.md says the maxrl arm's code state was checked by rerunning rloo-s10 at its commit: only if the
+    report's check passed, with the correct count the rerun unit holds."""
+    committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
+    (check,) = [c for c in committed["reproduction_checks"] if c["unit"] == "rloo-s10"]
+    rerun = json.loads((objective_frontier.ASSETS / check["path"]).read_text())
+    results = " ".join((REPO / "docs" / "results.md").read_text().split())
+    claim = (f"`rloo-s10` rerun at {check['rerun_commit'][:7]} gave the same correct count on each of the "
+             f"{len(rerun['eval']['correct'])} problems as the committed unit ({sum(rerun['eval']['correct'])} of "
+             f"{sum(rerun['eval']['scored'])})")  # fmt: skip
+    assert check["status"] == "passed" and claim in results
