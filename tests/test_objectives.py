@@ -146,3 +146,15 @@ def test_docs_preset_table_is_generated_from_the_registry():
     for preset in PRESETS:  # every preset is parsed, listed in errors, and its example is valid
         assert preset.form in VALID_OBJECTIVES
         assert rank_weights(preset.example.lower(), 4).shape == (4,)
+
+
+def test_a_preset_name_two_presets_claim_is_refused():
+    """Like the estimator registry: a duplicate name (or alias, any case) raises instead of shadowing one preset."""
+    import dataclasses
+
+    from ordergrad_trl.core import objectives
+
+    clash = dataclasses.replace(objectives.PRESETS[-1], name="Lowest", aliases=("max",))  # "max" is ReMax's alias
+    with pytest.raises(ValueError, match="'max' is taken by 'ReMax' and 'Lowest'"):
+        objectives._by_name((*objectives.PRESETS, clash))
+    assert objectives._by_name(objectives.PRESETS) == objectives._BY_NAME

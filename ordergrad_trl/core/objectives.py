@@ -139,7 +139,20 @@ PRESETS: tuple[Preset, ...] = (
            "1 <= T <= K", lambda t, k: 1 <= t <= k, _maxrl, "MaxRL:4"),
 )  # fmt: skip
 
-_BY_NAME = {name.lower(): preset for preset in PRESETS for name in (preset.name, *preset.aliases)}
+
+def _by_name(presets) -> dict[str, Preset]:
+    """Lower-case name or alias -> preset; a name two presets claim raises (the lookup would keep only one)."""
+    out: dict[str, Preset] = {}
+    for preset in presets:
+        for name in (preset.name, *preset.aliases):
+            taken = out.setdefault(name.lower(), preset)
+            if taken is not preset:
+                raise ValueError(f"objective preset name {name!r} is taken by {taken.name!r} and {preset.name!r}")
+    return out
+
+
+_BY_NAME = _by_name(PRESETS)
+
 
 def _written(p: Preset) -> str:  # "LowerTailMean:q (CVaR:q)"
     aliases = ", ".join(f"{a}:{p.param}" if p.param else a for a in p.aliases)

@@ -3,7 +3,7 @@
 Correctness always comes from math-verify (`ordergrad_trl.tasks.rewards.score_completions`, the training reward). The
 vote only needs to know which samples gave *the same* answer: a sample's answer is the content of its last
 `\\boxed{}` (what the reward's extraction prefers), else the last number in the text, normalized below. In
-`report.answer_labels` all samples math-verify scored correct form one class (they all equal the gold), so the
+`report.load_matrices` all samples math-verify scored correct form one class (they all equal the gold), so the
 correct class is grouped by math-verify equivalence and only wrong answers by normalized string.
 """
 

@@ -25,7 +25,8 @@ def compute_score(data_source, solution_str: str, ground_truth, extra_info=None,
     wrapped, as verl's MATH and GSM8K preprocessing and `recipes/verl/prepare_math.py` write it; `data_source`
     and `extra_info` are not used. A time-out scores 0.0, and so does a gold that does not parse (math_reward gives
     None there): verl needs a number, and since every rollout of a prompt shares its gold, the group is constant
-    and gets advantage 0 either way. Both are counted and warned about by the pool (`rewards.pop_counts`)."""
+    and gets advantage 0 either way. Both are counted and logged as a warning by the pool
+    (`math_verify_pool.score_completions`)."""
     workers = int(os.environ.get("ORDERGRAD_REWARD_WORKERS", "1"))
     gold = "" if ground_truth is None else str(ground_truth)
     (score,) = score_completions([solution_str or ""], [gold], num_workers=workers)

@@ -43,15 +43,10 @@ from .registry import (
     register_estimator,
 )
 
-EstimatorSpec = Estimator  # the earlier name of a registry entry
-ESTIMATOR_SPECS = ESTIMATORS  # the same one registry, under its earlier name
-
 __all__ = [
     "ESTIMATORS",
-    "ESTIMATOR_SPECS",
     "Estimator",
     "EstimatorContext",
-    "EstimatorSpec",
     "bind_estimator",
     "estimator_help",
     "estimator_params",
