@@ -26,7 +26,6 @@ import torch
 from ordergrad_trl import lstat_value, rank_weights
 from compare_plot import plot  # recipes/, beside this file
 from compare_seed_level import base_sign_test, seed_level, seed_level_table, stable
-from ordergrad_trl.core.estimators import scale_advantages
 from ordergrad_trl.core.plan import build_plan
 from ordergrad_trl.core.stats import percentile_interval, resample_means
 
@@ -103,9 +102,9 @@ def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[flo
         opts = _arm_options(flags)
         k = opts.get("--ordergrad_k")
         plan = build_plan(objective=opts.get("--ordergrad_objective"), k=int(k) if k else None, schedule=None,
-                          reward_objectives=None, estimator=opts.get("--ordergrad_estimator", "ordergrad"),
-                          estimator_kwargs=None, scale=opts.get("--scale_rewards", "none"), num_generations=n)  # fmt: skip
-        adv = scale_advantages(plan.advantages(groups, plan.stages[0]), groups, plan.scale)  # what the trainer uses
+                          reward_objectives=None, estimator=opts.get("--ordergrad_estimator"), estimator_kwargs=None,
+                          scale=opts.get("--scale_rewards"), num_generations=n)  # unset flags: the plan's defaults
+        adv = plan.scaled_advantages(groups)  # what the trainer uses
         gap = torch.where(mixed, adv[:, -1] - adv[:, 0], 0.0)  # (n+1,) a success's advantage minus a failure's
         out[arm] = (gap / gap.max()).tolist()
     return out

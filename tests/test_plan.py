@@ -150,3 +150,38 @@ def test_trl_config_raises_the_plans_text(cpu_training_args, case):
     with pytest.raises(ValueError) as info:
         OrderGradConfig(**{**cpu_training_args, "num_generations": n, "per_device_train_batch_size": n, **fields})
     assert str(info.value) == expected_message(settings, n)
+
+
+@pytest.mark.parametrize("scale", ["none", "group", "batch"])
+@pytest.mark.parametrize("name", ["ordergrad", "grpo", "maxrl"])
+def test_grouped_advantages_of_ragged_shuffled_groups_equal_scaled_advantages_group_by_group(name, scale):
+    """The plan's one call for engines (verl, SkyRL): rows of interleaved groups of unequal sizes, NaN rewards, give
+    each group what `scaled_advantages` gives it as a `(1, n)` batch (a simple loop), and "batch" scales by the std of
+    every valid reward; sizes where the estimator is undefined (ordergrad: n <= K) get 0 and are reported."""
+    from ordergrad_trl.core.estimators import scale_advantages as scale_by
+
+    gen = torch.Generator().manual_seed(7)
+    p = plan(estimator=name, scale=scale, k=None if name == "maxrl" else 3, num_generations=8)
+    sizes = [8, 5, 8, 3, 6, 2]  # group 3 (n=3) and 5 (n=2) are <= K=3 for ordergrad
+    group = torch.cat([torch.full((n,), g) for g, n in enumerate(sizes)])
+    group = group[torch.randperm(len(group), generator=gen)]  # interleaved
+    scores = torch.randint(0, 2, (len(group),), generator=gen).double()
+    scores[torch.rand(len(group), generator=gen) < 0.15] = torch.nan
+    got, undefined = p.grouped_advantages(scores, group)
+    expected = torch.zeros_like(scores)
+    for g, n in enumerate(sizes):
+        rows = torch.nonzero(group == g).flatten()
+        if p.is_defined(p.stages[0], n):
+            block = p.advantages(scores[rows][None], p.stages[0])  # (1, n), the estimator alone
+            expected[rows] = (scale_by(block, scores[rows][None], "group") if scale == "group" else block)[0]
+    if scale == "batch":
+        expected = scale_by(expected, scores, "batch")
+    expected = torch.nan_to_num(expected).masked_fill(torch.isnan(scores), 0.0)
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert sorted(undefined) == [n for n in sorted(set(sizes)) if not p.is_defined(p.stages[0], n)]
+    assert name != "ordergrad" or sorted(undefined) == [2, 3]
+    if scale != "batch":  # a (G, N) batch of equal groups: the same as the trainer's path
+        same = torch.nonzero(torch.tensor(sizes) == 8).flatten()
+        rows = torch.stack([torch.nonzero(group == g).flatten() for g in same])  # (2, 8)
+        assert torch.allclose(got[rows], torch.nan_to_num(p.scaled_advantages(scores[rows])).masked_fill(
+            torch.isnan(scores[rows]), 0.0), rtol=1e-12, atol=1e-12)  # fmt: skip

@@ -13,13 +13,19 @@ a string of comma-separated numbers.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["rank_weights", "PRESETS", "Preset", "VALID_OBJECTIVES", "preset_table"]
+__all__ = ["DEFAULT_K", "DEFAULT_OBJECTIVE", "rank_weights", "PRESETS", "Preset", "VALID_OBJECTIVES", "preset_table"]
+
+# The defaults of every consumer (the plan, `OrderGradConfig`, the estimators, verl): an unset objective is the mean
+# of the best 2 of K ("Mean" when K is 1), and K is min(DEFAULT_K, N - 1) for groups of N rollouts (`core.plan`).
+DEFAULT_OBJECTIVE = "TopM:2"
+DEFAULT_K = 4
 
 
 def _tail_count(q: float, k: int) -> int:
@@ -219,22 +225,33 @@ def rank_weights(objective: str | Sequence[float] | torch.Tensor, k: int) -> tor
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if isinstance(objective, str):
-        text = objective.strip()
-        if "," in text or _is_number(text):
-            try:
-                values = [float(t) for t in text.split(",")]
-            except ValueError:
-                raise _fail(objective, k, "not a list of numbers") from None
-        else:
-            name, _, param = text.partition(":")
-            values = _preset_weights(name.strip().lower(), param.strip() if ":" in text else None, objective, k)
+        values = _parse(objective, k)  # each (string, K) is parsed once per process: the plan, the logged J and
+    else:  # every step's advantage then share one derivation
+        values = _checked([float(v) for v in (objective.tolist() if isinstance(objective, torch.Tensor) else objective)],
+                          objective, k)  # fmt: skip
+    return torch.tensor(values, dtype=torch.float64)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(objective: str, k: int) -> tuple[float, ...]:
+    text = objective.strip()
+    if "," in text or _is_number(text):
+        try:
+            values = [float(t) for t in text.split(",")]
+        except ValueError:
+            raise _fail(objective, k, "not a list of numbers") from None
     else:
-        values = [float(v) for v in (objective.tolist() if isinstance(objective, torch.Tensor) else objective)]
+        name, _, param = text.partition(":")
+        values = _preset_weights(name.strip().lower(), param.strip() if ":" in text else None, objective, k)
+    return _checked(values, objective, k)
+
+
+def _checked(values: list[float], objective, k: int) -> tuple[float, ...]:
     if len(values) != k:
         raise _fail(objective, k, f"got {len(values)} weights, need exactly k={k}")
     if not all(math.isfinite(v) for v in values):
         raise _fail(objective, k, "weights must be finite")
-    return torch.tensor(values, dtype=torch.float64)
+    return tuple(values)
 
 
 def _is_number(text: str) -> bool:

@@ -16,21 +16,37 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .estimators import ESTIMATORS, EstimatorContext
-from .objectives import VALID_OBJECTIVES, rank_weights
+from .estimators import ESTIMATORS, SCALES, EstimatorContext, estimator_name, scale_advantages
+from .objectives import DEFAULT_K, DEFAULT_OBJECTIVE, VALID_OBJECTIVES, rank_weights
 from .schedule import parse_objective_at_k, parse_objective_schedule, string_list
 
-__all__ = ["DEFAULT_K", "DEFAULT_OBJECTIVE", "ObjectivePlan", "PlanStage", "build_plan"]
+__all__ = ["DEFAULT_ESTIMATOR", "DEFAULT_K", "DEFAULT_OBJECTIVE", "DEFAULT_SCALE", "SCALES", "ObjectivePlan",
+           "PlanStage", "build_plan", "normalize_scale"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
-# K when `ordergrad_k` is unset, as long as num_generations allows it (K < num_generations).
-DEFAULT_K = 4
-DEFAULT_OBJECTIVE = "TopM:2"  # "Mean" when K is 1
+# Every default a setting has, in one place (the objective's and K's live with the presets, `core.objectives`):
+# `OrderGradConfig`'s field defaults, verl's unset keys and the comparison tools all come from here.
+DEFAULT_ESTIMATOR = "ordergrad"
+DEFAULT_SCALE = "none"  # scale_rewards: OrderGrad's advantages unscaled (unbiased); TRL's GRPOConfig has "group"
 
 # Estimator inputs that config fields set: naming them in `ordergrad_estimator_kwargs` is an error.
 FIELD_OF = {"objective": "ordergrad_objective", "k": "ordergrad_k", "scale": "scale_rewards"}
-SCALES = ("none", "group", "batch")  # scale_rewards, applied after the estimator (`estimators.scale_advantages`)
+
+
+def normalize_scale(scale, field: str = "scale_rewards") -> str:
+    """`scale_rewards` as one of `SCALES`: TRL's command line and YAML give a bool (or "true"/"false"), which is
+    "group" or "none"; `None` is `DEFAULT_SCALE`. `ValueError` naming `field` and the valid values otherwise."""
+    if scale is None:
+        return DEFAULT_SCALE
+    if isinstance(scale, str) and scale.strip().lower() in ("true", "false"):
+        scale = scale.strip().lower() == "true"
+    if isinstance(scale, bool):
+        return "group" if scale else "none"
+    if scale not in SCALES:
+        valid = ", ".join(map(repr, SCALES[:-1])) + f" or {SCALES[-1]!r}"
+        raise ValueError(f"{field} must be {valid} (or a bool), got {scale!r}.")
+    return scale
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,45 @@ class ObjectivePlan:
         if not self.is_defined(stage, rewards.shape[-1], estimator):
             return torch.zeros_like(rewards)
         return ESTIMATORS[estimator or self.estimator](rewards, stage.context).to(rewards.dtype)
+
+    def scale_advantages(self, advantages: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+        """`scale_rewards`, the one place it is applied, after the estimator (TRL's order): `(G, N)` advantages
+        divided by each group's (`"group"`) or the whole batch's (`"batch"`) reward std + 1e-4; `"none"`: as given."""
+        return scale_advantages(advantages, rewards, self.scale)
+
+    def scaled_advantages(self, rewards: torch.Tensor, stage: PlanStage | None = None) -> torch.Tensor:
+        """`(G, N)` rewards -> the `(G, N)` advantages that train: `stage`'s (default: the first) estimator, then
+        `scale_rewards`. What the trainer, the verl adapter and the comparison tools all call."""
+        stage = self.stages[0] if stage is None else stage
+        return self.scale_advantages(self.advantages(rewards, stage), rewards)
+
+    def grouped_advantages(self, scores: torch.Tensor, group: torch.Tensor, stage: PlanStage | None = None):
+        """`scaled_advantages` for rows grouped by id, in any order and of any sizes (verl's and SkyRL's batches):
+        one batched call per group size, as TRL's `(G, N)` view, and `"batch"` scaling over every row at once.
+
+        Args:
+            scores: `(bs,)` float64, one reward per row; NaN marks an unscorable row (its advantage is 0).
+            group: `(bs,)` int64 group id of each row, 0..G-1.
+            stage: default the first.
+
+        Returns:
+            `(advantages (bs,), undefined_sizes)`: the group sizes where the estimator is undefined (rows get 0).
+        """
+        stage = self.stages[0] if stage is None else stage
+        sizes = torch.bincount(group)  # (G,)
+        order = torch.argsort(group, stable=True)  # (bs,) rows of group 0, then group 1, ...
+        starts = torch.cumsum(sizes, 0) - sizes  # (G,) where each group begins in `order`
+        adv, undefined = torch.zeros_like(scores), []
+        for n in sizes[sizes > 0].unique().tolist():
+            rows = order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
+            if not self.is_defined(stage, n):
+                undefined.append(n)
+                continue
+            block = self.advantages(scores[rows], stage)  # (G_n, n)
+            adv[rows] = self.scale_advantages(block, scores[rows]) if self.scale == "group" else block
+        if self.scale == "batch":  # one std over every reward of the batch
+            adv = self.scale_advantages(adv, scores)
+        return torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0), undefined
 
 
 def _defined(spec, context: EstimatorContext, n: int) -> bool:
@@ -157,9 +212,7 @@ def _context(name: str, objective: str, k: int, options: dict, n: int, setting: 
 
 
 def _estimator(name, kwargs) -> tuple[str, dict]:
-    if not isinstance(name, str) or name.strip().lower() not in ESTIMATORS:
-        raise ValueError(f"ordergrad_estimator={name!r} is unknown; valid names: {', '.join(ESTIMATORS)}.")
-    name = name.strip().lower()
+    name = DEFAULT_ESTIMATOR if name is None else estimator_name(name)
     if kwargs is not None and not isinstance(kwargs, dict):
         raise ValueError(
             f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}', got "
@@ -185,13 +238,11 @@ def _estimator(name, kwargs) -> tuple[str, dict]:
 def build_plan(
     *, objective, k, schedule, reward_objectives, estimator, estimator_kwargs, scale, num_generations: int
 ) -> ObjectivePlan:
-    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective and K
-    take the defaults. Raises `ValueError` naming the field and its valid values for every bad setting."""
+    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective, K,
+    estimator and scale take the defaults. Raises `ValueError` naming the field and its valid values for every bad
+    setting."""
     name, options = _estimator(estimator, estimator_kwargs)
-    if isinstance(scale, bool):  # TRL's command line and YAML: true is "group", false "none"
-        scale = "group" if scale else "none"
-    if scale not in SCALES:
-        raise ValueError(f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {scale!r}.")
+    scale = normalize_scale(scale)
     spec = ESTIMATORS[name]
     if k is None:
         k = min(DEFAULT_K, num_generations - 1)

@@ -5,11 +5,10 @@ verl (tested: 0.9.1) calls a registered estimator in its trainer process as
 A group is the rows that share a `uid` (one prompt's rollouts); its rows need not be adjacent and groups may differ
 in size. Each row's score is `token_level_rewards.sum(-1)` (an outcome reward). The `algorithm.ordergrad_*` keys
 are `OrderGradConfig`'s fields of the same names (`ordergrad_scale_rewards` is its `scale_rewards`) and go through
-`ordergrad_trl.core.plan.build_plan` with `actor_rollout_ref.rollout.n` as `num_generations`: the same defaults
-(K = min(4, n-1), `TopM:2`, `Mean` at K=1), rules, checks and error messages as the TRL config. Every group is then
-computed as the TRL trainer computes a batch of groups: `plan.advantages` (zeros where the estimator is undefined
-for the group's size, with a warning once per process), then `scale_advantages`, broadcast over the response
-tokens. With a sequence-level loss that sums each response's tokens (`loss_agg_mode=seq-mean-token-sum-norm`), the
+`ordergrad_trl.core.plan.build_plan` with `actor_rollout_ref.rollout.n` as `num_generations`: the same defaults,
+rules, checks and error messages as the TRL config. Every group is then computed as the TRL trainer computes a
+batch of groups, by the plan's one call `plan.grouped_advantages` (the estimator, zeros where it is undefined for
+the group's size, with a warning once per process; then `scale_rewards`), broadcast over the response tokens. With a sequence-level loss that sums each response's tokens (`loss_agg_mode=seq-mean-token-sum-norm`), the
 policy gradient is then the estimator's, up to a constant (docs/verl.md).
 
 Keys verl's own config lacks are added with a leading `+`, e.g.
@@ -44,7 +43,6 @@ try:  # verl's plugin loader hides import errors (debug level): say it here, lou
     import torch
     from packaging.version import Version
 
-    from ordergrad_trl.core.estimators import scale_advantages
     from ordergrad_trl.core.plan import ObjectivePlan, build_plan
 except Exception:
     logger.error(_FAILED, exc_info=True)
@@ -89,12 +87,7 @@ def _settings(algorithm) -> dict:
             settings["estimator_kwargs"] = json.loads(settings["estimator_kwargs"])
         except json.JSONDecodeError:
             pass  # build_plan says what it must be
-    estimator = settings["estimator"]
-    settings["estimator"] = "ordergrad" if estimator is None else estimator
-    if isinstance(estimator, str):
-        settings["estimator"] = estimator.strip().lower()  # as OrderGradConfig does before planning
-    settings["scale"] = "none" if settings["scale"] is None else settings["scale"]
-    return {**settings, "reward_objectives": None}  # verl scores each rollout once: one reward function
+    return {**settings, "reward_objectives": None}  # verl scores each rollout once; unset keys: the plan's defaults
 
 
 @functools.lru_cache(maxsize=32)
@@ -174,36 +167,9 @@ def _group_ids(index, device: torch.device) -> torch.Tensor:
 
 
 def grouped_advantages(scores: torch.Tensor, group: torch.Tensor, plan: ObjectivePlan, stage: int = 0):
-    """The plan's advantages of rows grouped by id, in any order and of any sizes, as the TRL trainer computes a
-    batch of groups: the estimator per group (one batched call per group size), then `scale_rewards`.
-
-    Args:
-        scores: `(bs,)` float64, one reward per row; NaN marks an unscorable row.
-        group: `(bs,)` int64 group id of each row, 0..G-1.
-        plan: the objective plan; `stage` indexes `plan.stages`.
-
-    Returns:
-        `(advantages (bs,), undefined_sizes)`: the group sizes where the estimator is undefined (their rows get 0).
-    """
-    current = plan.stages[stage]
-    sizes = torch.bincount(group)  # (G,)
-    order = torch.argsort(group, stable=True)  # (bs,) rows of group 0, then group 1, ...
-    starts = torch.cumsum(sizes, 0) - sizes  # (G,) where each group begins in `order`
-    adv = torch.zeros_like(scores)
-    undefined = []
-    for n in sizes.unique().tolist():  # one batched call per distinct group size, as TRL's (G, N) view
-        groups = torch.nonzero(sizes == n).flatten()  # (G_n,)
-        rows = order[starts[groups, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
-        if not plan.is_defined(current, n):
-            undefined.append(n)
-            continue
-        block = plan.advantages(scores[rows], current)  # (G_n, n)
-        if plan.scale == "group":
-            block = scale_advantages(block, scores[rows], "group")
-        adv[rows] = block
-    if plan.scale == "batch":  # one std over every reward of the batch, as TRL's "batch"
-        adv = scale_advantages(adv, scores, "batch")
-    return torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0), undefined
+    """`plan.grouped_advantages` of `plan.stages[stage]`: `(bs,)` scores and group ids -> `((bs,) advantages,
+    undefined group sizes)`, the advantages the TRL trainer computes for the same groups."""
+    return plan.grouped_advantages(scores, group, plan.stages[stage])
 
 
 def _stage_index(plan: ObjectivePlan) -> int:

@@ -16,9 +16,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOConfig
 
-from ..core.estimators import estimator_help
+from ..core.estimators import estimator_help, estimator_name
 from ..core.objectives import VALID_OBJECTIVES
-from ..core.plan import DEFAULT_K, DEFAULT_OBJECTIVE, ObjectivePlan, build_plan, warn_about_eval_groups
+from ..core.plan import (
+    DEFAULT_ESTIMATOR, DEFAULT_K, DEFAULT_OBJECTIVE, DEFAULT_SCALE, ObjectivePlan, build_plan, normalize_scale,
+    warn_about_eval_groups,
+)  # fmt: skip
 from ..core.schedule import ObjectiveStage
 from .passk import default_log_ks
 from .trl_private import LOSS_TYPE_HELP
@@ -85,13 +88,14 @@ class OrderGradConfig(GRPOConfig):
         ordergrad_objective (`str`, *optional*):
             Order-statistic objective over K rollouts: a preset of `ordergrad_trl.core.objectives.PRESETS`
             (case-insensitive) such as `"Mean"`, `"ReMax"` (pass@K for 0/1 rewards), `"TopM:m"` or `"CVaR:q"`, or
-            K comma-separated weights, ascending (`"0,0,0.5,0.5"` is `"TopM:2"` at K=4). Parsed by [`~ordergrad_trl.rank_weights`]. If `None` (default), `"TopM:2"`
-            (the mean of the best 2 of K), or `"Mean"` when K is 1.
+            K comma-separated weights, ascending (`"0,0,0.5,0.5"` is the mean of the best 2 of 4). Parsed by
+            [`~ordergrad_trl.rank_weights`]. If `None` (default), `DEFAULT_OBJECTIVE` (`ordergrad_trl.core.objectives`:
+            the mean of the best 2 of K), or `"Mean"` when K is 1.
         ordergrad_k (`int`, *optional*):
             K, the number of rollouts the objective is defined over. Must be smaller than `num_generations`
             (the leave-one-out baseline of a rollout needs K other rollouts of its prompt). If `None` (default),
-            `min(4, num_generations - 1)`: 4 for TRL's default `num_generations=8`, so that any `num_generations`
-            works without setting K (2 and 1 at `num_generations` 3 and 2, where `TopM:2` is the mean). Evaluation with
+            `min(DEFAULT_K, num_generations - 1)` (`DEFAULT_K` of `ordergrad_trl.core.objectives`), so that any
+            `num_generations` works without setting K (2 and 1 at `num_generations` 3 and 2). Evaluation with
             `num_generations_eval <= K` is allowed: the advantages there are undefined and set to 0 (the eval loss
             is only logged) and `ordergrad/objective` is logged only when `num_generations_eval >= K`.
 
@@ -184,20 +188,20 @@ class OrderGradConfig(GRPOConfig):
         default=None,
         metadata={
             "help": f"Order-statistic objective over K rollouts: {VALID_OBJECTIVES}. Presets are case-insensitive. "
-            "If unset, 'TopM:2' (mean of the best 2 of K), or 'Mean' when K is 1."
+            f"If unset, {DEFAULT_OBJECTIVE!r}, or 'Mean' when K is 1."
         },
     )
     ordergrad_k: int | None = field(
         default=None,
         metadata={
             "help": "K, the number of rollouts the objective is defined over; must be smaller than "
-            "`num_generations`. If unset, min(4, num_generations - 1). With `num_generations_eval <= K` the eval "
+            f"`num_generations`. If unset, min({DEFAULT_K}, num_generations - 1). With `num_generations_eval <= K` the eval "
             "advantages are set to 0."
         },
     )
 
     ordergrad_estimator: str = field(
-        default="ordergrad",
+        default=DEFAULT_ESTIMATOR,
         metadata={
             "help": f"Group advantage estimator (case-insensitive): {estimator_help()}. Those that take k get "
             "ordergrad_k, those that take an objective ordergrad_objective; scale_rewards applies after any of them."
@@ -254,7 +258,7 @@ class OrderGradConfig(GRPOConfig):
         },
     )
     scale_rewards: str = field(
-        default="none",
+        default=DEFAULT_SCALE,
         metadata={
             "help": "Scaling of the OrderGrad advantages: 'none' (default, unbiased), 'group' (divide by each "
             "group's reward std as GRPO does: biased), or 'batch' (divide by the batch reward std: a per-batch step "
@@ -278,12 +282,7 @@ class OrderGradConfig(GRPOConfig):
                 "of both: pass generation_batch_size=None, steps_per_generation=None to derive them again)."
             )
         self._check_vllm_version()
-        if isinstance(self.scale_rewards, str) and self.scale_rewards.lower() in ("true", "false"):  # the CLI's bool
-            self.scale_rewards = "group" if self.scale_rewards.lower() == "true" else "none"
-        if self.scale_rewards not in ("none", "group", "batch"):
-            raise ValueError(
-                f"scale_rewards must be 'none', 'group' or 'batch' (or a bool), got {self.scale_rewards!r}."
-            )
+        self.scale_rewards = normalize_scale(self.scale_rewards)  # the CLI's and YAML's bools included
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
                 f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported by OrderGrad: "
@@ -291,8 +290,7 @@ class OrderGradConfig(GRPOConfig):
                 "functions; 'normalize_then_sum' z-scores each function within its group, which makes a rollout's "
                 "reward depend on its group mates."
             )
-        if isinstance(self.ordergrad_estimator, str):
-            self.ordergrad_estimator = self.ordergrad_estimator.strip().lower()
+        self.ordergrad_estimator = estimator_name(self.ordergrad_estimator)
         # what trains, built (and so checked) once; not a field: a copy or a loaded config builds its own
         self.ordergrad_plan: ObjectivePlan = build_plan(
             objective=self.ordergrad_objective, k=self.ordergrad_k, schedule=self.ordergrad_schedule,

@@ -22,7 +22,6 @@ from trl import GRPOTrainer
 from trl.extras.profiling import profiling_context
 
 from ..core.advantage import _float64_device, lstat_value
-from ..core.estimators import scale_advantages
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
 from .passk import group_passk
@@ -297,7 +296,7 @@ class OrderGradTrainer(GRPOTrainer):
             raise ValueError(
                 f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
             )
-        advantages = scale_advantages(advantages, grouped, self.scale_rewards)  # the one place scale_rewards applies
+        advantages = self.ordergrad_plan.scale_advantages(advantages, grouped)  # scale_rewards, after any override
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
         self._warn_if_overflowing(advantages, weighted)
 

@@ -28,7 +28,7 @@ of them (TRL's GRPO is `grpo` then `scale_advantages(..., "group")`).
 """
 
 # registration order is the order of every derived list: the modules are imported in this order
-from .mean import grpo, ordergrad, rloo, rs_grpo, scale_advantages  # isort: skip
+from .mean import SCALES, grpo, ordergrad, rloo, rs_grpo, scale_advantages  # isort: skip
 from .best_of_k import maxk_tang, passk_chen, pkpo  # isort: skip
 from .likelihood import maxrl, maxrl_loo  # isort: skip
 from .registry import (
@@ -37,6 +37,7 @@ from .registry import (
     EstimatorContext,
     bind_estimator,
     estimator_help,
+    estimator_name,
     estimator_params,
     estimator_table,
     get_estimator,
@@ -45,10 +46,12 @@ from .registry import (
 
 __all__ = [
     "ESTIMATORS",
+    "SCALES",
     "Estimator",
     "EstimatorContext",
     "bind_estimator",
     "estimator_help",
+    "estimator_name",
     "estimator_params",
     "estimator_table",
     "get_estimator",

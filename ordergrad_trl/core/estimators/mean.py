@@ -7,10 +7,10 @@ import math
 import torch
 
 from ..advantage import _float64_device, lstat_advantage
-from ..objectives import rank_weights
+from ..objectives import DEFAULT_K, DEFAULT_OBJECTIVE, rank_weights
 from .registry import check_k, prepare, register_estimator
 
-__all__ = ["ordergrad", "grpo", "rloo", "rs_grpo", "scale_advantages"]
+__all__ = ["SCALES", "ordergrad", "grpo", "rloo", "rs_grpo", "scale_advantages"]
 
 
 @register_estimator(
@@ -21,7 +21,7 @@ __all__ = ["ordergrad", "grpo", "rloo", "rs_grpo", "scale_advantages"]
     source="this package (OrderGrad)",
     summary="default; unbiased for any L-statistic objective, centered",
 )
-def ordergrad(rewards: torch.Tensor, *, objective: str = "TopM:2", k: int = 4) -> torch.Tensor:
+def ordergrad(rewards: torch.Tensor, *, objective: str = DEFAULT_OBJECTIVE, k: int = DEFAULT_K) -> torch.Tensor:
     """OrderGrad (Parmas et al. 2026): `K * lstat_advantage(rewards, rank_weights(objective, K))`.
 
     J = E[sum_j w_j R_(j:K)] over K i.i.d. rewards. With S a uniform K-subset of the group,
@@ -34,7 +34,7 @@ def ordergrad(rewards: torch.Tensor, *, objective: str = "TopM:2", k: int = 4) -
     return adv.to(out.dtype).to(out.device)
 
 
-_GRPO_SCALES = ("group", "batch", "none")
+SCALES = ("none", "group", "batch")  # TRL's scale_rewards values: the vocabulary of the config, the plan and verl
 
 
 def _nanstd(x: torch.Tensor, dim=None, keepdim: bool = False) -> torch.Tensor:
@@ -50,8 +50,8 @@ def scale_advantages(advantages: torch.Tensor, rewards: torch.Tensor, scale: str
     """TRL's `scale_rewards`: `advantages / (std + 1e-4)`, the Bessel-corrected std of each group's rewards
     (`"group"`, a group on the last axis) or of all rewards (`"batch"`), NaN rewards left out; `"none"` returns them
     unchanged. Computed in float64, returned in the advantages' dtype and device; a std of one reward gives NaN."""
-    if scale not in _GRPO_SCALES:
-        raise ValueError(f"scale must be one of {_GRPO_SCALES} (TRL's scale_rewards), got {scale!r}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES} (TRL's scale_rewards), got {scale!r}")
     if scale == "none":
         return advantages
     r = rewards.to(_float64_device(rewards)).to(torch.float64)
@@ -78,8 +78,8 @@ def grpo(rewards: torch.Tensor, *, scale: str = "none") -> torch.Tensor:
     scale); with `"none"` it equals `(n-1)/n * rloo`. NaN rollouts are left out of means and stds (TRL's nan-aware
     statistics) and get 0; a group with one valid reward gets 0.
     """
-    if scale not in _GRPO_SCALES:
-        raise ValueError(f"grpo: scale must be one of {_GRPO_SCALES} (TRL's scale_rewards), got {scale!r}")
+    if scale not in SCALES:
+        raise ValueError(f"grpo: scale must be one of {SCALES} (TRL's scale_rewards), got {scale!r}")
     r, out = prepare(rewards, "grpo")
     adv = scale_advantages(r - torch.nanmean(r, dim=-1, keepdim=True), r, scale)  # (..., N)
     return torch.nan_to_num(adv, nan=0.0).to(out.dtype).to(out.device)  # NaN: unscorable, or a std of one reward

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..advantage import _float64_device, _out_dtype
+from ..objectives import DEFAULT_K, DEFAULT_OBJECTIVE
 
 __all__ = [
     "ESTIMATORS",
@@ -27,6 +28,7 @@ __all__ = [
     "EstimatorContext",
     "bind_estimator",
     "estimator_help",
+    "estimator_name",
     "estimator_params",
     "estimator_table",
     "get_estimator",
@@ -40,8 +42,8 @@ CONTEXT_PARAMS = ("objective", "k")  # keyword parameters the shared context fil
 class EstimatorContext:
     """Everything an estimator is called with besides the rewards: one signature for all of them."""
 
-    objective: str = "TopM:2"  # the L-statistic objective (read by the estimators that take `objective`)
-    k: int = 4  # K, the rollouts the objective is defined over (read by those that take `k`)
+    objective: str = DEFAULT_OBJECTIVE  # the L-statistic objective (read by the estimators that take `objective`)
+    k: int = DEFAULT_K  # K, the rollouts the objective is defined over (read by those that take `k`)
     options: Mapping[str, Any] = field(default_factory=dict)  # the estimator's own, e.g. {"beta": 2.0}
 
 
@@ -122,11 +124,17 @@ def get_estimator(name: str) -> Callable[..., torch.Tensor]:
     return _lookup(name).fn
 
 
-def _lookup(name: str) -> Estimator:
+def estimator_name(name, field: str = "ordergrad_estimator") -> str:
+    """The registered name `name` means (case and surrounding spaces ignored): the one normaliser of estimator names
+    (the config, the plan, verl and `get_estimator` use it). `ValueError` naming `field` and the valid names."""
     key = name.strip().lower() if isinstance(name, str) else None
     if key not in _REGISTRY:
-        raise ValueError(f"Unknown advantage estimator {name!r}; valid names: {', '.join(_REGISTRY)}")
-    return _REGISTRY[key]
+        raise ValueError(f"{field}={name!r} is unknown; valid names: {', '.join(_REGISTRY)}.")
+    return key
+
+
+def _lookup(name: str) -> Estimator:
+    return _REGISTRY[estimator_name(name, "estimator")]
 
 
 def estimator_params(name: str) -> dict[str, object]:
