@@ -41,6 +41,7 @@ for the chosen objective, and logs `ordergrad/frac_zero_adv_groups` each step.
 
 import functools
 import gc
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -294,7 +295,7 @@ def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> 
     """The three argument groups; bad input (a missing or broken `--config`, a key given twice, a bad setting, a
     missing data file or model folder, an unwritable output_dir) exits with one line and status 2, as argparse
     does for a bad flag. `given`, if a dict, receives the settings the user gave: name -> "config" or "command line"."""
-    from ordergrad_trl.evaluation.cli import _load_config  # the eval CLI's YAML reader: a key given twice is an error
+    from ordergrad_trl.yaml_config import load_yaml_config  # both CLIs' strict reader: a key given twice is an error
 
     class Parser(TrlParser):
         def error(self, message):  # one line naming the flag, not argparse's usage block
@@ -319,8 +320,15 @@ def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> 
         fail(f"--config {config}: no such file (relative to {Path.cwd()})")
     try:
         with held_warnings():  # shown once all is valid; on bad input the error is the only line
-            from_yaml = _load_config(argv[at])  # TrlParser reads it again, keeping the last of a repeated key
-            parsed = parser.parse_args_and_config(argv)
+            from_yaml = load_yaml_config(config)  # read once: its values become the parser's defaults
+            env = from_yaml.pop("env", {})  # as TrlParser's --config: variables set before the run
+            if not isinstance(env, dict):
+                fail(f"--config {config}: env must be a mapping of variable names to values")
+            unknown = parser.set_defaults_with_config(**from_yaml)[::2]
+            if unknown:
+                fail(f"--config {config}: unknown key(s) {', '.join(k[2:] for k in unknown)}")
+            os.environ.update({str(k): str(v) for k, v in env.items()})
+            parsed = parser.parse_args_into_dataclasses(args=argv[: at - 1] + argv[at + 1 :])
             check_inputs(*parsed)
     except ValueError as err:  # a bad setting, named by the config's checks (UsageError and InputError are ones)
         fail(str(err))

@@ -90,17 +90,17 @@ def test_yaml_round_trip_rebuilds_the_same_plan(tmp_path, cpu_training_args):
 
 @pytest.mark.parametrize("found, ok", [("0.33.0", False), ("0.21.1", False), ("0.31.0", True), ("0.24.0+cu129", True)])
 def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, found, ok):
-    from ordergrad_trl.training import config as config_module
+    from ordergrad_trl.training import trl_private as probes
 
-    monkeypatch.setattr(config_module, "installed_vllm_version", lambda: found)
-    assert str(config_module.trl_vllm_range()) in (">=0.22.0,<=0.31.0", "<=0.31.0,>=0.22.0")  # trl 1.16's extra
+    monkeypatch.setattr(probes, "installed_vllm_version", lambda: found)
+    assert str(probes.trl_vllm_range()) in (">=0.22.0,<=0.31.0", "<=0.31.0,>=0.22.0")  # trl 1.16's extra
     if ok:
         assert OrderGradConfig(**cpu_training_args, use_vllm=True).use_vllm
     else:
         with pytest.raises(ValueError, match=rf"found vllm {found}, but trl .* supports vllm.*0\.22\.0.*0\.31\.0"):
             OrderGradConfig(**cpu_training_args, use_vllm=True)
     OrderGradConfig(**cpu_training_args, use_vllm=False)  # not checked without use_vllm
-    monkeypatch.setattr(config_module, "installed_vllm_version", lambda: None)
+    monkeypatch.setattr(probes, "installed_vllm_version", lambda: None)
     OrderGradConfig(**cpu_training_args, use_vllm=True)  # not installed: TRL's trainer says how to install it
 
 
@@ -171,7 +171,7 @@ def test_a_plain_replace_copy_builds_its_own_plan(cpu_training_args):
 
 
 def test_loss_types_are_read_from_trl_and_scale_rewards_takes_the_command_line_bool(cpu_training_args):
-    from ordergrad_trl.training.config import trl_loss_types
+    from ordergrad_trl.training.trl_private import trl_loss_types
 
     # contract: TRL's help still lists its loss types (else the config-time check is silently off)
     assert {"grpo", "dr_grpo", "dapo", "luspo"} <= set(trl_loss_types())

@@ -100,3 +100,30 @@ def test_the_recipe_prints_the_given_settings_and_saves_them(tiny_model_dir, tmp
     # TRL logged each reward under its function's name (the registry keeps names through functools.partial)
     state = json.loads((out / "trainer_state.json").read_text())
     assert {"rewards/math_reward/mean", "rewards/length_penalty/mean"} <= set(state["log_history"][0])
+
+
+def test_a_library_trainer_saves_the_plan_beside_each_checkpoint_and_the_final_model(
+    tiny_model, tiny_tokenizer, cpu_training_args, tmp_path
+):
+    """No recipe, no callback passed: OrderGradTrainer itself writes every setting and the plan that trains."""
+    from ordergrad_trl import OrderGradTrainer
+
+    args = _config(cpu_training_args, ordergrad_k=3, ordergrad_objective="ReMax", save_strategy="steps", save_steps=1)
+
+    def reward(completions, **kwargs):
+        return [float(len(c) % 2) for c in completions]
+
+    trainer = OrderGradTrainer(model=tiny_model, reward_funcs=reward, args=args, processing_class=tiny_tokenizer,
+                               train_dataset=Dataset.from_dict({"prompt": [f"Q{i}?" for i in range(4)]}))  # fmt: skip
+    trainer.train()
+    final = tmp_path / "final"
+    trainer.save_model(str(final))
+    out = Path(args.output_dir)
+    expected = json.loads(json.dumps(resolved_config({"training": trainer.args}, args.ordergrad_plan)))
+    for folder in (out, out / "checkpoint-1", out / "checkpoint-2", final):
+        saved = json.loads((folder / RESOLVED_CONFIG).read_text())
+        assert saved["ordergrad_plan"] == plan_dict(args.ordergrad_plan) and saved == expected, folder
+    assert saved["ordergrad_plan"]["stages"][0] == {"start_step": 0, "objective": "ReMax", "k": 3,
+                                                     "weights": [0.0, 0.0, 1.0]}  # fmt: skip
+    assert (final / "config.json").is_file() and [type(c).__name__ for c in trainer.callback_handler.callbacks].count(
+        "SaveResolvedConfig") == 1  # fmt: skip

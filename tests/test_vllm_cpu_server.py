@@ -23,7 +23,7 @@ from vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
 if VLLM_MISSING:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-from ordergrad_trl.training.config import installed_vllm  # noqa: E402
+from ordergrad_trl.training.trl_private import installed_vllm  # noqa: E402
 
 STARTUP_S, REQUEST_S = 600, 120
 

