@@ -108,7 +108,7 @@ def test_worst_of_k_matches_brute_force(toy_run):
 def test_a_new_metric_is_one_definition(toy_run):
     """Registering a metric puts it in report.json, report.md's table, the breakdown, with no other edit."""
     try:
-        @metrics.register_metric("top2", key="top2@{k}", label="top-2 mean@k (reward)", on="reward",
+        @metrics.register_metric("top2", key="top2@{k}", label="top-2 mean@k (reward)", on="reward", unit="reward",
                                  shows=("table", "breakdown"), definition="mean of the 2 best of k",
                                  as_lstat="`TopM:2`")
         def _top2(inputs, k, config):
@@ -126,18 +126,42 @@ def test_a_new_metric_is_one_definition(toy_run):
         metrics._METRICS.pop("top2", None)
 
 
+def test_a_metric_is_shown_in_the_unit_its_row_gives(toy_run):
+    """A single-value metric that is not a rate (here 12.5, a length) stays 12.5 under 0/1 rewards (not 1250.0) and
+    sits under a plain "metric" header; pass@k, a probability, is in %; --objectives keep their own table."""
+    try:
+        @metrics.register_metric("length", key="mean_length", label="mean length (tokens)", on="correct", unit="raw",
+                                 per_k=False, definition="a length", as_lstat="not an L-statistic")
+        def _length(inputs, k, config):
+            return torch.full((inputs["correct"].shape[0],), 12.5, dtype=torch.float64)
+
+        ds = report(ReportArgs(ks=[1, 4], objectives=["TopM:2@4"], **FAST), toy_run)["datasets"]["toy"]
+        md = (Path(toy_run.output_dir) / "report.md").read_text()
+        assert ds["metrics"]["mean_length"]["value"] == 12.5
+        assert "| metric | value |\n|---|---|\n| mean length (tokens) | 12.500 [12.500, 12.500] |" in md
+        assert "1250.0" not in md and "| objective (reward) | value |\n|---|---|\n| TopM:2@4 |" in md
+        pass1 = ds["metrics"]["pass@1"]
+        assert f"| pass@k | {100 * pass1['value']:.1f} [" in md
+    finally:
+        metrics._METRICS.pop("length", None)
+
+
 def test_registry_refuses_duplicates_and_unknown_places():
     with pytest.raises(ValueError, match="already registered"):
-        metrics.register_metric("pass", key="other@{k}", label="x", on="correct", definition="", as_lstat="")(
+        metrics.register_metric("pass", key="other@{k}", label="x", on="correct", unit="probability", definition="",
+                                as_lstat="")(
             lambda i, k, c: None)
     with pytest.raises(ValueError, match="already registered"):  # another name, the same report.json key
-        metrics.register_metric("pass2", key="pass@{k}", label="x", on="correct", definition="", as_lstat="")(
+        metrics.register_metric("pass2", key="pass@{k}", label="x", on="correct", unit="probability", definition="",
+                                as_lstat="")(
             lambda i, k, c: None)
     with pytest.raises(ValueError, match="unknown places.*table, breakdown, plot"):
-        metrics.register_metric("x", key="x@{k}", label="x", on="correct", shows=("tables",), definition="",
-                                as_lstat="")
-    with pytest.raises(ValueError, match="on must be"):
-        metrics.register_metric("x", key="x@{k}", label="x", on="rewards", definition="", as_lstat="")
+        metrics.register_metric("x", key="x@{k}", label="x", on="correct", unit="probability", shows=("tables",),
+                                definition="", as_lstat="")
+    with pytest.raises(ValueError, match="on must be one of correct, reward, got 'rewards'"):
+        metrics.register_metric("x", key="x@{k}", label="x", on="rewards", unit="reward", definition="", as_lstat="")
+    with pytest.raises(ValueError, match="unit must be one of probability, reward, raw, got 'percent'"):
+        metrics.register_metric("x", key="x@{k}", label="x", on="reward", unit="percent", definition="", as_lstat="")
     assert "pass2" not in metrics.METRICS and "x" not in metrics.METRICS
 
 

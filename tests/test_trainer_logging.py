@@ -1,7 +1,7 @@
-"""pass@k / pass^k (max@k / min@k) logged while training and in evaluate(), against brute force over k-subsets.
+"""pass@k / pass^k (best@k / worst@k) logged while training and in evaluate(), against brute force over k-subsets.
 
 The oracle enumerates every k-subset of each group's scorable rewards (itertools.combinations) and averages the
-subset's best (pass@k, max@k) or worst (pass^k, min@k) reward: it shares nothing with `lstat_value`. Rewards are
+subset's best (pass@k, best@k) or worst (pass^k, worst@k) reward: it shares nothing with `lstat_value`. Rewards are
 recorded where the reward function returns them, grouped by prompt per call, and the logged metric must equal the
 mean of the oracle over every group of the logging window (or of the whole evaluate()).
 """
@@ -38,9 +38,9 @@ def brute_best_worst(rewards, k):
 
 
 def expected_metrics(groups, ks, prefix=""):
-    """{logged name: mean over groups} of the oracle, named pass@/pass^ for 0/1 rewards, else max@/min@."""
+    """{logged name: mean over groups} of the oracle, named pass@/pass^ for 0/1 rewards, else best@/worst@."""
     binary = all(r in (0.0, 1.0) for g in groups for r in g if not math.isnan(r))
-    best, worst = ("pass@", "pass^") if binary else ("max@", "min@")
+    best, worst = ("pass@", "pass^") if binary else ("best@", "worst@")
     sums = defaultdict(list)
     for group in groups:
         for k in ks:
@@ -52,7 +52,7 @@ def expected_metrics(groups, ks, prefix=""):
 
 
 def logged_passk(entry):
-    return {k: v for k, v in entry.items() if any(f"/{p}" in k for p in ("pass@", "pass^", "max@", "min@"))}
+    return {k: v for k, v in entry.items() if any(f"/{p}" in k for p in ("pass@", "pass^", "best@", "worst@"))}
 
 
 # ----------------------------------------------------------------------------------------------- unit
@@ -68,7 +68,7 @@ def test_group_passk_matches_brute_force_and_the_closed_form(binary):
     rewards[torch.rand(40, n, generator=gen) < 0.2] = math.nan  # some groups keep fewer than k scorable
     got = group_passk(rewards.float(), [1, 2, 3, 4, 6, 7])
     assert not any(name.endswith("@7") for name in got), "k > N is skipped"
-    best, worst = ("pass@", "pass^") if binary else ("max@", "min@")
+    best, worst = ("pass@", "pass^") if binary else ("best@", "worst@")
     for k in (1, 2, 3, 4, 6):
         oracle = [brute_best_worst(row.tolist(), k) for row in rewards]
         kept = [o for o in oracle if o is not None]
@@ -150,7 +150,7 @@ def test_two_steps_log_the_brute_force_mean_over_the_window(tiny_model, tiny_tok
     expected = expected_metrics(groups, [1, 2, 4])
     assert set(logged_passk(entry)) == set(expected) and len(expected) == 6
     assert logged_passk(entry) == pytest.approx(expected, abs=1e-6)
-    assert any(name.startswith("ordergrad/max@") for name in expected) == graded
+    assert any(name.startswith("ordergrad/best@") for name in expected) == graded
 
 
 @pytest.mark.parametrize("num_generations_eval, ks", [(G, None), (1, None), (8, [1, 3, 8]), (1, [1, 3])])
@@ -254,3 +254,15 @@ def test_two_processes_log_the_same_brute_force_values(tiny_model_dir, tmp_path)
         assert "ordergrad/pass@4" in expected and logged_passk(entry) == pytest.approx(expected, abs=1e-6)
         expected = expected_metrics(evaluation, [1, 2, 4], prefix="eval_")
         assert "eval_ordergrad/pass^2" in expected and logged_passk(eval_entry) == pytest.approx(expected, abs=1e-6)
+
+
+def test_training_logs_and_eval_reports_name_each_statistic_alike():
+    """One vocabulary: the names the trainer logs (pass@k, pass^k; best@k, worst@k for other rewards) are the keys
+    `ordergrad-eval` reports the same U-statistics under."""
+    from ordergrad_trl.evaluation.metrics import METRICS
+    from ordergrad_trl.training.passk import FAMILIES
+
+    reported = {m.key.split("{")[0]: m for m in METRICS.values() if m.per_k}
+    for binary_name, other_name, preset in FAMILIES:
+        assert reported[binary_name].on == "correct" and reported[other_name].on == "reward", (binary_name, other_name)
+        assert preset in reported[other_name].as_lstat

@@ -237,6 +237,10 @@ def _binom_table(n: int, exact: bool) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- the metric table
 PLACES = ("table", "breakdown", "plot")  # report.md's table over k (or of single values), per-group tables, passk.png
+INPUTS = ("correct", "reward")  # what a metric scores: 0/1 correctness or the --reward_weights reward
+# How a value is shown: "probability" always in %; "reward" in % only when every reward is 0 or 1 (a rate then);
+# "raw" as computed (a length, a count).
+UNITS = ("probability", "reward", "raw")
 
 
 @dataclass(frozen=True)
@@ -247,7 +251,8 @@ class Metric:
     name: str
     key: str  # report.json key under "metrics"
     label: str  # report.md row label
-    on: str  # "correct" (0/1 correctness, shown in %) or "reward" (the --reward_weights reward; % only when 0/1)
+    on: str  # what it scores, one of INPUTS: "correct" (0/1 correctness) or "reward" (the --reward_weights one)
+    unit: str  # how it is shown, one of UNITS
     compute: Callable[[Mapping[str, torch.Tensor], int | None, Mapping], torch.Tensor]  # (inputs, k, config) -> (P,)
     definition: str  # the docs' "definition" column
     as_lstat: str  # the docs' "as an L-statistic" column
@@ -268,7 +273,7 @@ class Metric:
         return self._fill(self.label, None, config)
 
     def percent(self, binary_reward: bool) -> bool:
-        return self.on == "correct" or binary_reward
+        return self.unit == "probability" or (self.unit == "reward" and binary_reward)
 
     def visible(self, binary_reward: bool) -> bool:
         return not (binary_reward and self.same_as_on_binary)
@@ -286,8 +291,9 @@ def register_metric(name: str, **fields) -> Callable:
     unknown = set(fields.get("shows", ())) - set(PLACES)
     if unknown:
         raise ValueError(f"metric {name!r}: unknown places {sorted(unknown)}; valid: {', '.join(PLACES)}")
-    if fields.get("on") not in ("correct", "reward"):
-        raise ValueError(f"metric {name!r}: on must be 'correct' or 'reward', got {fields.get('on')!r}")
+    for what, valid in (("on", INPUTS), ("unit", UNITS)):
+        if fields.get(what) not in valid:
+            raise ValueError(f"metric {name!r}: {what} must be one of {', '.join(valid)}, got {fields.get(what)!r}")
 
     def add(fn: Callable) -> Callable:
         metric = Metric(name=name, compute=fn, **{**fields, "shows": frozenset(fields.get("shows", ("table",)))})
@@ -311,46 +317,51 @@ def metric_table_markdown() -> str:
     return "\n".join(rows)
 
 
-@register_metric("pass", key="pass@{k}", label="pass@k", on="correct", shows=PLACES, breakdown_ks=("first", "last"),
+@register_metric("pass", key="pass@{k}", label="pass@k", on="correct", unit="probability", shows=PLACES,
+                 breakdown_ks=("first", "last"),
                  definition="P(at least one of k samples correct) = 1 - C(n-c,k)/C(n,k) (the Codex estimator)",
                  as_lstat="`ReMax` on correctness")
 def _pass(inputs, k, config):
     return pass_at_k(inputs["correct"], k)
 
 
-@register_metric("pass_hat", key="pass^{k}", label="pass^k", on="correct", shows=PLACES, plot_style=("--", "s"),
+@register_metric("pass_hat", key="pass^{k}", label="pass^k", on="correct", unit="probability", shows=PLACES,
+                 plot_style=("--", "s"),
                  definition="P(all k correct) = C(c,k)/C(n,k)", as_lstat="`ReMin` on correctness")
 def _pass_hat(inputs, k, config):
     return pass_hat_k(inputs["correct"], k)
 
 
-@register_metric("maj", key="maj@{k}", label="maj@k", on="correct", shows=("table", "breakdown"),
+@register_metric("maj", key="maj@{k}", label="maj@k", on="correct", unit="probability", shows=("table", "breakdown"),
                  definition="expected correctness of a majority vote over k samples (below)",
                  as_lstat="not an L-statistic")
 def _maj(inputs, k, config):
     return maj_at_k(inputs["labels"], inputs["correct"], k)
 
 
-@register_metric("best", key="best@{k}", label="best@k (reward)", on="reward", same_as_on_binary="pass@k",
+@register_metric("best", key="best@{k}", label="best@k (reward)", on="reward", unit="reward",
+                 same_as_on_binary="pass@k",
                  definition="E[max of k rewards] (= pass@k for 0/1 rewards)", as_lstat="`ReMax` on the reward")
 def _best(inputs, k, config):
     return best_of_k(inputs["reward"], k)
 
 
-@register_metric("worst", key="worst@{k}", label="worst@k (reward)", on="reward", same_as_on_binary="pass^k",
+@register_metric("worst", key="worst@{k}", label="worst@k (reward)", on="reward", unit="reward",
+                 same_as_on_binary="pass^k",
                  definition="E[min of k rewards] (= pass^k for 0/1 rewards)", as_lstat="`ReMin` on the reward")
 def _worst(inputs, k, config):
     return worst_of_k(inputs["reward"], k)
 
 
-@register_metric("cvar", key="cvar{cvar_q}@{k}", label="CVaR{cvar_q}@k (reward)", on="reward", params=("cvar_q",),
+@register_metric("cvar", key="cvar{cvar_q}@{k}", label="CVaR{cvar_q}@k (reward)", on="reward", unit="reward",
+                 params=("cvar_q",),
                  definition="E[mean of the ceil(qk) worst of k rewards] (`--cvar_q`, default 0.25)",
                  as_lstat="`LowerTailMean:q`")
 def _cvar(inputs, k, config):
     return cvar_at_k(inputs["reward"], k, config["cvar_q"])
 
 
-@register_metric("mean_reward", key="mean_reward", label="mean reward", on="reward", per_k=False,
+@register_metric("mean_reward", key="mean_reward", label="mean reward", on="reward", unit="reward", per_k=False,
                  definition="mean reward (= pass@1 for correctness)", as_lstat="`Mean`", same_as_on_binary="pass@1")
 def _mean_reward(inputs, k, config):
     return lstat_metric(inputs["reward"], "Mean", 1)

@@ -67,11 +67,13 @@ def render_markdown(report: dict, binary_reward: bool) -> str:
                 lines.append(f"| {m.label_at(cfg)} | " + " | ".join(
                     _fmt(mets.get(m.key_at(k, cfg)), m.percent(binary_reward)) for k in ks) + " |")
         single = [m for m in METRICS.values() if not m.per_k and "table" in m.shows and m.visible(binary_reward)]
-        objectives = ds.get("objectives", {})
-        if single or objectives:
-            lines += ["", "| objective (reward) | value |", "|---|---|"]
+        if single:  # one value each, in the unit its row gives
+            lines += ["", "| metric | value |", "|---|---|"]
             lines += [f"| {m.label_at(cfg)} | {_fmt(mets.get(m.key_at(None, cfg)), m.percent(binary_reward))} |"
                       for m in single]
+        objectives = ds.get("objectives", {})
+        if objectives:  # --objectives: L-statistics of the reward, a rate when it is 0/1
+            lines += ["", "| objective (reward) | value |", "|---|---|"]
             lines += [f"| {key} | {_fmt(value, binary_reward)} |" for key, value in objectives.items()]
         at = {"first": ks[0], "last": ks[-1]}
         cols = list(dict.fromkeys(m.key_at(at[which], cfg) for m in METRICS.values() if "breakdown" in m.shows

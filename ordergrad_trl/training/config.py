@@ -99,7 +99,7 @@ class OrderGradConfig(GRPOConfig):
         ordergrad_log_ks (`list[int]`, *optional*):
             The k of the logged `ordergrad/pass@k` and `ordergrad/pass^k`: unbiased, from each group's rewards (the
             weighted sum of the reward functions), averaged over the groups of the logging window; named
-            `ordergrad/max@k` / `ordergrad/min@k` (the expected best / worst of k rewards) when the batch's rewards
+            `ordergrad/best@k` / `ordergrad/worst@k` (the expected best / worst of k rewards) when the batch's rewards
             are not all 0/1. If `None` (default), the powers of two up to the group size: `num_generations` in
             training, `num_generations_eval` in evaluation. A k larger than a mode's group size is skipped there; a
             k larger than both is refused. `[]` logs none.
@@ -194,7 +194,7 @@ class OrderGradConfig(GRPOConfig):
     ordergrad_log_ks: list[int] | None = field(
         default=None,
         metadata={
-            "help": "k of the logged ordergrad/pass@k and ordergrad/pass^k (max@k / min@k when rewards are not 0/1), "
+            "help": "k of the logged ordergrad/pass@k and ordergrad/pass^k (best@k / worst@k when rewards are not 0/1), "
             "e.g. 1 4 8. If unset, the powers of two up to the group size (num_generations in training, "
             "num_generations_eval in evaluation). Each k at most num_generations or num_generations_eval."
         },

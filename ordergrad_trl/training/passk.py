@@ -1,10 +1,10 @@
-"""pass@k / pass^k of every group while training (max@k / min@k for rewards that are not 0/1), for the trainer's logs.
+"""pass@k / pass^k of every group while training (best@k / worst@k for rewards that are not 0/1), for the trainer's logs.
 
 Each group's value is the U-statistic of `lstat_value` with the `ReMax` / `ReMin` rank weights over k: the mean,
 over every k-subset of the group's scorable rewards, of the subset's best / worst reward. For 0/1 rewards with c
 ones among n that is pass@k = 1 - C(n-c, k) / C(n, k) and pass^k = C(c, k) / C(n, k), unbiased for the chance that
 at least one / all of k fresh rollouts succeed; for any other rewards it is the unbiased estimate of the expected
-best / worst of k rewards, logged as `max@k` / `min@k` so that the two are never mixed up under one name.
+best / worst of k rewards, logged as `best@k` / `worst@k` so that the two are never mixed up under one name.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..core.objectives import rank_weights
 
 PREFIX = "ordergrad/"
 # (logged name for 0/1 rewards, for other rewards, the rank-weight preset that computes it)
-FAMILIES = (("pass@", "max@", "ReMax"), ("pass^", "min@", "ReMin"))
+FAMILIES = (("pass@", "best@", "ReMax"), ("pass^", "worst@", "ReMin"))
 
 
 def default_log_ks(group_size: int) -> list[int]:
@@ -33,12 +33,12 @@ def is_binary(rewards: torch.Tensor) -> bool:
 
 
 def metric_names(k: int, binary: bool) -> list[str]:
-    """The two metric names for k: `ordergrad/pass@k`, `ordergrad/pass^k` (0/1 rewards) or max@k, min@k."""
+    """The two metric names for k: `ordergrad/pass@k`, `ordergrad/pass^k` (0/1 rewards) or best@k, worst@k."""
     return [f"{PREFIX}{(binary_name if binary else other)}{k}" for binary_name, other, _ in FAMILIES]
 
 
 def group_passk(rewards: torch.Tensor, ks: Iterable[int]) -> dict[str, torch.Tensor]:
-    """Per-group pass@k / pass^k (or max@k / min@k) of one batch.
+    """Per-group pass@k / pass^k (or best@k / worst@k) of one batch.
 
     Args:
         rewards: `(num_groups, N)` rewards, NaN where a rollout is unscorable (left out of its group, which then

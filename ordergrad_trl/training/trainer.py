@@ -71,7 +71,7 @@ class OrderGradTrainer(GRPOTrainer):
     - `ordergrad/pass@k`, `ordergrad/pass^k` for each k of `ordergrad_log_ks` up to the group size: the unbiased
       estimates 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) from each group's n scorable 0/1 rewards (c of them 1), the
       mean over the groups of the logging window with at least k scorable rollouts (`ordergrad_trl.training.passk`).
-      Rewards that are not all 0/1 give `ordergrad/max@k`, `ordergrad/min@k` instead: the expected best / worst of
+      Rewards that are not all 0/1 give `ordergrad/best@k`, `ordergrad/worst@k` instead: the expected best / worst of
       k rewards (ReMax / ReMin `lstat_value`).
 
     The completions table (`log_completions=True`) shows these advantages, not GRPO's.

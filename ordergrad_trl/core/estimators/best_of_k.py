@@ -19,7 +19,7 @@ __all__ = ["maxk_tang", "passk_chen", "pkpo"]
     unbiased_for="grad E[max of k]",
     centered="no (>= 0)",
     source="Tang et al. 2025",
-    summary="unbiased for max@k, not centered; N a multiple of k",
+    summary="unbiased for best@k (E[max of k]), not centered; N a multiple of k",
 )
 def maxk_tang(rewards: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
     """Leave-one-out max@k gradient of Tang et al. 2025 ("Optimizing language models for inference-time objectives
@@ -127,7 +127,7 @@ def _pkpo_table(n_max: int, k: int) -> torch.Tensor:
     unbiased_for="grad E[max of k]",
     centered="no (>= 0)",
     source="Walder & Karkhanis 2025",
-    summary="unbiased for max@k, not centered",
+    summary="unbiased for best@k (E[max of k]), not centered",
 )
 def pkpo(rewards: torch.Tensor, *, k: int = 4) -> torch.Tensor:
     """PKPO (Walder & Karkhanis 2025, "Pass@K Policy Optimization: Solving Harder Reinforcement Learning Problems",
