@@ -30,8 +30,8 @@ ROW = {"problem": "Compute 2+3.", "question": "Compute 2+3.", "answer": "5", "id
 
 
 def row_of(name: str) -> dict:
-    """A valid raw row for set `name` (GSM8K's gold follows '####', OlympiadBench's is a list of parts)."""
-    return dict(ROW, answer="#### 5" if name == "gsm8k" else "5", final_answer=["5"])
+    """A valid raw row for set `name`: the set's own example (its spec knows its fields; the gold reads as 5)."""
+    return dict(MATH_SETS[name].example)
 
 
 def mine(**sources) -> MathSetSpec:
@@ -41,6 +41,9 @@ def mine(**sources) -> MathSetSpec:
 def test_every_set_names_its_source():
     for spec in MATH_SETS.values():
         assert (spec.generator is not None) != bool(spec.hub or spec.local), spec.name
+        if spec.generator is None:  # its example row is what the fixtures are built from
+            assert spec.question(spec.example) and spec.gold(spec.example) == "5", spec.name
+            assert spec.solution is None or spec.solution(spec.example), spec.name
         assert spec.sources and all(isinstance(s, (HubSource, LocalFile, Generated)) for s in spec.sources)
     assert {n for n, s in MATH_SETS.items() if s.generator} == {"arithmetic", "digits"}
     with pytest.raises(ValueError, match="'x': a generated set has no Hub id or local file"):
@@ -122,10 +125,12 @@ BAD = [["25"], {"value": "25"}, True, ("25",)]
 @pytest.mark.parametrize("bad", BAD, ids=lambda b: type(b).__name__)
 def test_gold_readers_refuse_containers(name, bad):
     gold = MATH_SETS[name].gold
-    row = dict(ROW, answer=bad, solution=bad, final_answer=[bad] if name == "olympiadbench" else bad)
+    example = MATH_SETS[name].example
+    # every field of the set's own row made a container (a list field: a list holding one): the gold must refuse it
+    row = {k: [bad] if isinstance(v, list) else bad for k, v in example.items()}
     with pytest.raises(ValueError, match="not a string"):
         gold(row)
-    assert isinstance(gold(dict(ROW, final_answer=["5"], answer="#### 5" if name == "gsm8k" else 5)), str)
+    assert gold(example) == "5"
     assert gold({"problem": "no gold"}) is None
 
 

@@ -14,6 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
+from ..tasks.sets import MATH_SETS
 from .errors import UsageError
 
 __all__ = [
@@ -55,6 +56,14 @@ def _h(name: str, text: str) -> dict:
     return {"help": f"{text} In [{low:g}, {high:g}]."}
 
 
+def _datasets_help() -> str:
+    """`--datasets`' help, from the registry of math sets: every set a name reaches, then files."""
+    hub = [name for name, spec in MATH_SETS.items() if spec.generator is None]
+    built = [name for name, spec in MATH_SETS.items() if spec.generator is not None]
+    return (f"Benchmarks: {', '.join(hub)}, {' and '.join(built)} (built in), or paths to .jsonl/.json/.parquet "
+            "files.")
+
+
 @dataclass
 class PathArgs:
     """Arguments every stage takes."""
@@ -78,8 +87,7 @@ class GenerateArgs:
     )
     datasets: list[str] = field(
         default_factory=lambda: ["math500"],
-        metadata={"help": "Benchmarks: math500, gsm8k, aime24, aime25, amc23, minerva, olympiadbench, arithmetic "
-                          "and digits (built in), or paths to .jsonl/.json/.parquet files."},
+        metadata={"help": _datasets_help()},
     )
     split: str = field(default="test", metadata={"help": "Split to evaluate."})
     local_data: bool = field(

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import operator
 import random
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from .prompts import DEFAULT_USER_TEMPLATE, format_rows
 from .spec import Generated, MathSetSpec, field, first_field
+
+if TYPE_CHECKING:
+    import datasets
 
 __all__ = ["ARITHMETIC_SPEC", "DIGITS_SPEC", "arithmetic_dataset", "digits_dataset"]
 
@@ -81,6 +82,8 @@ def _split_keys(keys: list, n_train: int, n_test: int, seed: int) -> tuple[list,
 
 def _build(spec: MathSetSpec, train_keys, test_keys, question_of, *, system_prompt, user_template
            ) -> datasets.DatasetDict:
+    import datasets  # here: the set registry (and `--datasets`' help) is read without loading the datasets library
+
     splits = {}
     for split, split_keys in (("train", train_keys), ("test", test_keys)):
         columns: dict[str, list[Any]] = {k: [] for k in ("question", "answer", "id", "a", "b", "op")}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
+if TYPE_CHECKING:  # only annotations: reading the set registry does not load the datasets library
+    import datasets
 
 __all__ = ["DEFAULT_USER_TEMPLATE", "format_rows", "last_boxed"]
 

@@ -51,6 +51,7 @@ _SPECS = (
         metadata=("level", "type"),
         solution=field("solution"),
         aliases=("hendrycks_math", "math-lighteval", "competition_math"),
+        example={"problem": "Compute $2+3$.", "solution": "$2+3=\\boxed{5}$.", "level": "Level 1", "type": "Algebra"},
     ),
     MathSetSpec(
         name="math500",
@@ -63,6 +64,8 @@ _SPECS = (
         metadata=("subject", "level"),
         solution=field("solution"),
         aliases=("math-500", "math_500"),
+        example={"problem": "Compute $2+3$.", "solution": "$2+3=\\boxed{5}$.", "answer": "5", "subject": "Algebra",
+                 "level": 1, "unique_id": "test/algebra/1.json"},
     ),
     MathSetSpec(
         name="gsm8k",
@@ -73,6 +76,8 @@ _SPECS = (
         gold=gsm8k_row_gold,
         solution=gsm8k_solution,
         aliases=("grade-school-math",),
+        example={"question": "Ann has 2 apples and gets 3 more. How many does she have?",
+                 "answer": "2+3=<<2+3=5>>5\n#### 5"},
     ),
     MathSetSpec(
         name="aime24",
@@ -83,6 +88,7 @@ _SPECS = (
         gold=lambda row: integer_answer(row.get("answer")),
         id_field="id",
         aliases=("aime2024", "aime_2024"),
+        example={"id": 60, "problem": "Compute $2+3$.", "answer": "5"},
     ),
     MathSetSpec(
         name="aime25",
@@ -93,6 +99,7 @@ _SPECS = (
         gold=lambda row: integer_answer(row.get("answer")),
         id_field="id",
         aliases=("aime2025", "aime_2025"),
+        example={"id": "0", "problem": "Compute $2+3$.", "answer": "5"},
     ),
     MathSetSpec(
         name="amc23",
@@ -103,6 +110,7 @@ _SPECS = (
         gold=lambda row: scalar_answer(row.get("answer")),
         id_field="id",
         aliases=("amc2023", "amc_2023"),
+        example={"id": 0, "question": "Compute $2+3$.", "answer": 5.0},
     ),
     MathSetSpec(
         name="minerva",
@@ -116,6 +124,7 @@ _SPECS = (
         metadata=("type",),
         solution=field("solution"),
         aliases=("minerva_math", "minervamath"),
+        example={"problem": "Compute $2+3$.", "solution": "$2+3=\\boxed{5}$.", "type": "Physics", "idx": 0},
     ),
     MathSetSpec(
         name="olympiadbench",
@@ -127,6 +136,8 @@ _SPECS = (
         id_field="id",
         metadata=("subfield", "answer_type", "unit", "is_multiple_answer"),
         aliases=("olympiad_bench", "olympiad"),
+        example={"id": 1606, "subfield": "Algebra", "context": None, "question": "Compute $2+3$.",
+                 "final_answer": ["$5$"], "answer_type": "Numerical", "unit": None, "is_multiple_answer": False},
     ),
     ARITHMETIC_SPEC,
     DIGITS_SPEC,

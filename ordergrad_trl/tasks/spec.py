@@ -207,6 +207,9 @@ class MathSetSpec:
     solution: Callable[[Mapping[str, Any]], str | None] | None = None
     aliases: tuple[str, ...] = ()
     description: str = ""
+    # One raw row as the set's source has it (field names and value kinds; gold 5), for the docs and the tests'
+    # fixtures: a new set brings its own, so no test has to know its row shape by name. None for a generated set.
+    example: Mapping[str, Any] | None = None
 
     def __post_init__(self):
         if self.generator is not None and (self.hub or self.local):
