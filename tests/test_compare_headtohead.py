@@ -162,3 +162,19 @@ def test_the_committed_report_is_what_its_units_give():
     assert _same(fresh, committed), \
         "stale: rerun `compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead`"
     assert (assets.parent / f"{assets.name}.md").read_text() == h2h.table(committed) + "\n"
+
+
+def test_docs_quote_the_head_to_head_at_its_stage():
+    """docs/results.md's status block says how many units are in, at which commit, as the committed report has it,
+    and gives no p-value or interval before every seed is in (then the pre-registered sentence, verbatim)."""
+    import re
+
+    report = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+    results = (REPO / "docs" / "results.md").read_text()
+    block = " ".join(results[results.index("<!-- headtohead:start -->"): results.index("<!-- headtohead:end -->")].split())
+    assert f"{report['units']['present']} of {report['units']['expected']} units in" in block
+    assert all(f"at {c[:7]}" in block for c in report["commits"])
+    if report["complete"]:
+        assert h2h.readme_sentence(report) in block
+    else:
+        assert "under way" in block and not re.search(r"\bp\s*[=<]|CI \[", block)
