@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 import torch
+from estimator_cases import CASES
 from oracle import brute_advantage
 
 from ordergrad_trl import lstat_value, rank_weights
@@ -24,19 +25,7 @@ from ordergrad_trl.core.estimators import (
 
 NAN = float("nan")
 
-# one parameter setting per registered estimator that fits groups of N = 6 (test_every_estimator_has_a_test
-# fails when a registered estimator is missing here or in ORACLE_CASES)
-DEFAULT_PARAMS = {
-    "ordergrad": dict(objective="TopM:2", k=4),
-    "grpo": dict(scale="group"),
-    "rloo": dict(),
-    "maxk_tang": dict(k=None),
-    "passk_chen": dict(k=3),
-    "pkpo": dict(k=3),
-    "rs_grpo": dict(beta=2.0),
-    "maxrl": dict(),
-    "maxrl_loo": dict(k=4),
-}
+DEFAULT_PARAMS = {name: case.params for name, case in CASES.items()}  # tests/estimator_cases.py
 
 
 def reward_batch(binary: bool, seed: int = 0, g: int = 40, n: int = 6) -> torch.Tensor:
@@ -192,11 +181,11 @@ ORACLE_CASES = [  # (estimator, parameters, its per-group loop oracle); MaxRL's 
 ]
 
 
-def test_every_estimator_has_a_test():
+def test_every_estimator_has_a_case_and_a_loop_oracle():
     """A registered estimator without default parameters or a loop oracle here (or in test_maxrl.py) fails."""
     from test_maxrl import MAXRL_ORACLES
 
-    assert set(DEFAULT_PARAMS) == set(ESTIMATORS)
+    assert set(CASES) == set(ESTIMATORS)  # its entry in tests/estimator_cases.py
     assert {name for name, _, _ in ORACLE_CASES + MAXRL_ORACLES} == set(ESTIMATORS)
 
 

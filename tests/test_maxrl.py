@@ -49,7 +49,7 @@ def loop_maxrl_loo(r, t):
     return scatter_rows(rows, r.shape)
 
 
-MAXRL_ORACLES = [  # (estimator, parameters, oracle): test_estimators.test_every_estimator_has_a_test reads it
+MAXRL_ORACLES = [  # (estimator, parameters, oracle): test_estimators.test_every_estimator_has_a_case_and_a_loop_oracle reads it
     ("maxrl", {}, loop_maxrl),
     ("maxrl_loo", {}, lambda r: loop_maxrl_loo(r, None)),
     ("maxrl_loo", {"k": 1}, lambda r: loop_maxrl_loo(r, 1)),

@@ -25,12 +25,13 @@ import pytest
 import torch
 from datasets import Dataset
 
+from estimator_cases import TRAINER_OBJECTIVE, TRAINER_WEIGHTS
 from oracle import brute_advantage, brute_value
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 
 G, K = 6, 4
-WEIGHTS = [0.1, 0.0, 0.3, 0.6]  # ascending and asymmetric, so a reversed or shuffled order cannot pass
-OBJECTIVE = ",".join(map(str, WEIGHTS))
+WEIGHTS = TRAINER_WEIGHTS  # ascending and asymmetric, so a reversed or shuffled order cannot pass
+OBJECTIVE = TRAINER_OBJECTIVE
 REWARD_WEIGHTS = [1.0, 0.5]
 WORKER = Path(__file__).resolve().parent / "dist_worker.py"
 

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import pytest
 import torch
+from estimator_cases import CASES
 from test_trainer import (
     G,
     OBJECTIVE,
@@ -89,18 +90,7 @@ def logged(trainer, key):
 
 # ------------------------------------------------------------------------------------ estimators end to end
 
-ZOO = {  # estimator -> (config overrides, estimator parameters the trainer should pass)
-    "ordergrad": (dict(), dict(objective=OBJECTIVE, k=4)),
-    "grpo": (dict(scale_rewards="group", ordergrad_objective="Mean"), dict(scale="group")),
-    "rloo": (dict(ordergrad_objective="Mean"), dict()),
-    "maxk_tang": (dict(ordergrad_k=2, ordergrad_objective="ReMax"), dict(k=2)),  # chunks of 2: strict bests
-    # binary rewards: the second function (0 or 2) gets weight 0
-    "passk_chen": (dict(ordergrad_objective="ReMax", reward_weights=[1.0, 0.0]), dict(k=4)),
-    "pkpo": (dict(ordergrad_objective="ReMax"), dict(k=4)),
-    "rs_grpo": (dict(ordergrad_estimator_kwargs={"beta": 2.0}, ordergrad_objective="Mean"), dict(beta=2.0)),
-    "maxrl": (dict(ordergrad_objective="MaxRL:3", reward_weights=[1.0, 0.0]), dict()),
-    "maxrl_loo": (dict(ordergrad_objective="MaxRL:4", reward_weights=[1.0, 0.0]), dict(k=4)),
-}
+ZOO = {name: case.trainer for name, case in CASES.items()}  # (config overrides, parameters the trainer passes)
 
 
 def test_every_registered_estimator_reaches_the_loss_in_a_test():

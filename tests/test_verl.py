@@ -33,6 +33,7 @@ from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 import ordergrad_trl.integrations.verl as adapter  # noqa: E402
+from estimator_cases import CASES  # noqa: E402
 from ordergrad_trl.core.estimators import ESTIMATORS, scale_advantages  # noqa: E402
 from ordergrad_trl.core.plan import build_plan  # noqa: E402
 
@@ -256,20 +257,8 @@ def trl_path(rows, settings: dict, n: int, stage: int = 0) -> torch.Tensor:
     return torch.nan_to_num(out, nan=0.0)
 
 
-ZOO_SETTINGS = [  # every registered estimator, with the settings that reach it (test_every_estimator_is_covered)
-    {"estimator": "ordergrad", "objective": "MaxRL:3", "k": 3},
-    {"estimator": "ordergrad", "objective": "CVaR:0.5", "k": 4, "scale": "group"},
-    {"estimator": "grpo", "scale": "group"},
-    {"estimator": "grpo", "scale": "batch"},
-    {"estimator": "rloo"},
-    {"estimator": "rs_grpo", "estimator_kwargs": {"beta": -1.5}},
-    {"estimator": "maxk_tang", "k": 2},
-    {"estimator": "passk_chen", "k": 3},
-    {"estimator": "pkpo", "k": 3},
-    {"estimator": "maxrl"},
-    {"estimator": "maxrl_loo", "k": 5},
-    {"estimator": "MaxRL_LOO"},  # names are case-insensitive, as in the TRL config
-]
+ZOO_SETTINGS = [{"estimator": name, **settings} for name, case in CASES.items() for settings in case.verl]
+ZOO_SETTINGS.append({"estimator": "MaxRL_LOO"})  # names are case-insensitive, as in the TRL config
 
 
 def test_every_estimator_is_covered():
