@@ -15,7 +15,7 @@ every dataset (rows schema-checked by `records`) and raises `RunMismatchError`, 
   `--num_samples` the provenance recorded for the dataset), or a row whose tag (`generation_tag`) says another
   model, prompt, sampling settings or problem made it (a generations file copied in from another run);
 - a score of an unknown id or sample index, or (in `report`) of a sample that was not generated or whose
-  completion is not the one it scored (the row's checksum). `score` rescores those instead (`stale_scores_ok`).
+  completion is not the one it scored (the row's checksum). `score` rescores those instead (`_check_scores(..., stale_ok=True)`).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ __all__ = [
     "find_math_set",
     "get_math_set",
     "gsm8k_gold",
+    "set_table",
     "spec_for_file",
 ]
 
@@ -160,6 +161,17 @@ GENERIC_SPEC = MathSetSpec(
 )
 """How a data file or Hub id outside the registry is read: `problem`/`question` as the question, `answer` (else
 the last `\\boxed{}` of `solution`) as the gold."""
+
+
+def set_table() -> str:
+    """The table of docs/evaluation.md's "Benchmarks": one row per registered set (a test checks they agree)."""
+    rows = ["| name | what | source | also accepted as |", "|---|---|---|---|"]
+    for spec in MATH_SETS.values():
+        sources = (spec.hub and f"Hub `{spec.hub.id}`", spec.local and f"local `{spec.local.name}`")
+        where = "built in, offline" if spec.generator else " + ".join(x for x in sources if x)
+        aliases = ", ".join(f"`{a}`" for a in spec.aliases) or "-"
+        rows.append(f"| `{spec.name}` | {spec.description} | {where} | {aliases} |")
+    return "\n".join(rows)
 
 
 def _norm(name: str) -> str:
