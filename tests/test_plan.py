@@ -14,6 +14,7 @@ from test_estimators import DEFAULT_PARAMS, reward_batch
 from test_trainer import G, make_trainer
 
 from ordergrad_trl.core.estimators import ESTIMATORS, EstimatorContext, get_estimator, scale_advantages
+from ordergrad_trl.core.advantage import lstat_advantage
 from ordergrad_trl.core.objectives import rank_weights
 from ordergrad_trl.core.plan import build_plan
 
@@ -185,3 +186,18 @@ def test_grouped_advantages_of_ragged_shuffled_groups_equal_scaled_advantages_gr
         rows = torch.stack([torch.nonzero(group == g).flatten() for g in same])  # (2, 8)
         assert torch.allclose(got[rows], torch.nan_to_num(p.scaled_advantages(scores[rows])).masked_fill(
             torch.isnan(scores[rows]), 0.0), rtol=1e-12, atol=1e-12)  # fmt: skip
+
+
+def test_an_objective_string_is_parsed_once_for_the_plan_and_every_step():
+    """Building the plan (checks, the estimator's dry run, the stage's weights) and then computing advantages parse
+    the string once: the logged J (the stage's weights) and the trained advantage share that one derivation."""
+    from ordergrad_trl.core import objectives
+
+    objectives._parse.cache_clear()
+    p = plan(objective="TopM:3", k=5, num_generations=8)
+    rewards = torch.rand(4, 8, dtype=torch.float64)
+    for _ in range(3):  # steps
+        p.scaled_advantages(rewards)
+    assert objectives._parse.cache_info().misses == 1
+    assert torch.equal(p.stages[0].weights, rank_weights("TopM:3", 5))
+    assert torch.equal(p.scaled_advantages(rewards), 5 * lstat_advantage(rewards, p.stages[0].weights))
