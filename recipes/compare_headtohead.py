@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, read_failures
+from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures
 from compare_seed_level import CEILING, detectable, stable
 from compare_summary import check_units, load_units
 from ordergrad_trl.core.stats import holm, seed_t_test
@@ -142,13 +142,7 @@ def table(r: dict) -> str:
     eps = "; ".join(f"({e['name']}) {e['arm']} - {e['minus']} on {e['metric']}" for e in des["endpoints"])
     lines = [f"**Pre-registered head-to-head** ({eps}; seeds {des['seeds'][0]}-{des['seeds'][-1]}; {des['test']}, "
              f"{des['correction']}, alpha {des['alpha']}): {units['present']} of {units['expected']} units in.", ""]  # fmt: skip
-    lines.append(f"- Units ran at: {', '.join(r['commits']) or '-'}."
-                 + (" More than one commit, or a dirty tree: not the pre-registered protocol." if len(r["commits"]) > 1
-                    or any(c.endswith("+dirty") for c in r["commits"]) else ""))  # fmt: skip
-    fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
-    lines.append(f"- Failed attempts (each is rerun at the same seed): {fails}."
-                 + (f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"]
-                    else ""))  # fmt: skip
+    lines += protocol_lines(r)
     if units["outside_the_design"]:
         lines.append(f"- Units outside the design: {', '.join(units['outside_the_design'])}.")
     c = r["ceiling"]

@@ -160,18 +160,22 @@ def _pts(x: float) -> str:
     return f"{stable(100 * x):+.1f}"
 
 
+def protocol_lines(r: dict) -> list[str]:
+    """A pre-registered report's first bullets: the commits its units ran at, the failed attempts, missing seeds."""
+    commits = (" More than one commit, or a dirty tree: not the pre-registered protocol." if len(r["commits"]) > 1
+               or any(c.endswith("+dirty") for c in r["commits"]) else "")  # fmt: skip
+    fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
+    missing = f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"] else ""
+    return [f"- Units ran at: {', '.join(r['commits']) or '-'}.{commits}",
+            f"- Failed attempts (each is rerun at the same seed): {fails}.{missing}"]
+
+
 def table(r: dict) -> str:
     des, units = r["design"], r["units"]
     lines = [f"**Pre-registered replication** ({des['arm']} - {des['baseline']} on {des['endpoint']}, seeds "
              f"{des['seeds'][0]}-{des['seeds'][-1]}; {des['test']}, alpha {des['alpha']}): "
              f"{units['present']} of {units['expected']} units in.", ""]  # fmt: skip
-    lines.append(f"- Units ran at: {', '.join(r['commits']) or '-'}."
-                 + (" More than one commit, or a dirty tree: not the pre-registered protocol." if len(r["commits"]) > 1
-                    or any(c.endswith("+dirty") for c in r["commits"]) else ""))  # fmt: skip
-    fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
-    lines.append(f"- Failed attempts (each is rerun at the same seed): {fails}."
-                 + (f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"]
-                    else ""))  # fmt: skip
+    lines += protocol_lines(r)
     if units["outside_the_design"]:
         lines.append(f"- Units outside the pre-registered test (exploratory): {', '.join(units['outside_the_design'])}.")
     c = r["ceiling"]
