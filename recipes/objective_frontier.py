@@ -56,7 +56,8 @@ def _t_columns(values: torch.Tensor) -> dict:
 
 
 def reproduction_checks(assets: Path, units: dict[str, dict]) -> list[dict]:
-    """Every committed rerun (`<folder>_repro/<unit>.json`) against the unit it reran: the same count on each problem?"""
+    """Every committed rerun (`<folder>_repro/<unit>.json`) against the unit it reran: the same count on each
+    problem?"""
     checks = []
     for folder, source in REPROS.items():
         for path in sorted((assets / folder).glob("*.json")):
@@ -77,12 +78,47 @@ def reproduction_checks(assets: Path, units: dict[str, dict]) -> list[dict]:
 def _link(commit_a: str, commit_b: str, checks: list[dict]) -> str | None:
     """The passed reproduction checks that rerun a unit of one commit at the other (None: not linked)."""
     pair = {commit_a, commit_b}
-    found = [c["unit"] for c in checks if c["status"] == "passed" and {c.get("original_commit"), c["rerun_commit"]} == pair]
-    return ", ".join(found) or None
+    passed = [c for c in checks if c["status"] == "passed"]
+    return ", ".join(c["unit"] for c in passed if {c.get("original_commit"), c["rerun_commit"]} == pair) or None
 
 
 def _reference_rank(arm: str) -> tuple:
     return (REFERENCE_ORDER.index(arm), "") if arm in REFERENCE_ORDER else (len(REFERENCE_ORDER), arm)
+
+
+def _seed_of(unit: dict) -> int:
+    return -1 if unit["seed"] is None else unit["seed"]
+
+
+def _group(units: dict) -> tuple[dict, list, dict | None]:
+    """Units -> ({set name: (source, units by seed)}, the units left out, the base model's per-seed values)."""
+    grouped, left_out, base = {}, [], None
+    for (src, name), u in sorted(units.items(), key=lambda kv: (_reference_rank(kv[1]["arm"]), _seed_of(kv[1]))):
+        if u["arm"] == "base":
+            base = _per_seed([u])
+        elif not u.get("commit") or u["commit"].endswith("+dirty"):
+            why = "no recorded commit" if not u.get("commit") else "dirty tree"
+            left_out.append({"unit": name, "source": src, "why": why})
+        else:
+            grouped.setdefault(set_name(u["arm"], u["commit"]), (src, []))[1].append(u)
+    return grouped, left_out, base
+
+
+def _difference(a: str, b: str, sets: dict, values: dict, checks: list[dict]) -> dict | None:
+    """Set `a` minus set `b` on their common seeds, paired by seed (None with fewer than 2)."""
+    common = sorted(set(sets[a]["seeds"]) & set(sets[b]["seeds"]))
+    if len(common) < 2:
+        return None
+    same = sets[a]["commit"] == sets[b]["commit"]
+    entry = {"set": a, "minus": b, "seeds": common, "commits": "same" if same else "differ",
+             "linked_by": None if same else _link(sets[a]["commit"], sets[b]["commit"], checks)}  # fmt: skip
+    rows = {key: [sets[key]["seeds"].index(s) for s in common] for key in (a, b)}
+    for m in METRICS:
+        d = values[a][m][rows[a]] - values[b][m][rows[b]]  # (S, n)
+        tests = [seed_t_test(d[:, j]) for j in range(d.shape[1])]
+        entry[m] = {"mean": [t["mean"] for t in tests], "ci": [t["ci"] for t in tests], "p": [t["p"] for t in tests],
+                    "above": [int((d[:, j] > 0).sum()) for j in range(d.shape[1])]}  # fmt: skip
+    return entry
 
 
 def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
@@ -94,38 +130,16 @@ def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
     if len(ns) != 1 or len(ids) != 1:
         raise ValueError(f"units differ in samples ({sorted(ns)}) or problems ({len(ids)} problem lists)")
     (n,) = ns
-    left_out, grouped, base = [], {}, None
-    for (src, name), u in sorted(units.items(), key=lambda kv: (kv[1]["arm"], -1 if kv[1]["seed"] is None else kv[1]["seed"])):
-        if u["arm"] == "base":
-            base = _per_seed([u])
-        elif not u.get("commit") or u["commit"].endswith("+dirty"):
-            left_out.append({"unit": name, "source": src, "why": "no recorded commit" if not u.get("commit") else "dirty tree"})
-        else:
-            grouped.setdefault(set_name(u["arm"], u["commit"]), (src, []))[1].append(u)
+    grouped, left_out, base = _group(units)
     checks = reproduction_checks(assets, units)
-    sets, values = {}, {}
-    for key, (src, us) in sorted(grouped.items(), key=lambda kv: (_reference_rank(kv[1][1][0]["arm"]), kv[1][1][0]["seed"])):
-        values[key] = _per_seed(us)  # (S, n) per metric, seeds ascending
-        sets[key] = {"arm": us[0]["arm"], "commit": us[0]["commit"], "source": src, "seeds": [u["seed"] for u in us],
-                     **{m: _t_columns(values[key][m]) for m in METRICS}}  # fmt: skip
-    differences = []
-    for a, b in ((a, b) for a in sets for b in sets if sets[a]["arm"] != sets[b]["arm"]):
-        if _reference_rank(sets[a]["arm"]) <= _reference_rank(sets[b]["arm"]):
-            continue  # each pair once: the later arm minus the earlier (the reference)
-        common = sorted(set(sets[a]["seeds"]) & set(sets[b]["seeds"]))
-        if len(common) < 2:
-            continue
-        rows = {key: [sets[key]["seeds"].index(s) for s in common] for key in (a, b)}
-        entry = {"set": a, "minus": b, "seeds": common,
-                 "commits": "same" if sets[a]["commit"] == sets[b]["commit"] else "differ",
-                 "linked_by": None if sets[a]["commit"] == sets[b]["commit"] else _link(sets[a]["commit"], sets[b]["commit"], checks)}  # fmt: skip
-        for m in METRICS:
-            d = values[a][m][rows[a]] - values[b][m][rows[b]]  # (S, n)
-            tests = [seed_t_test(d[:, j]) for j in range(n)]
-            entry[m] = {"mean": [t["mean"] for t in tests], "ci": [t["ci"] for t in tests], "p": [t["p"] for t in tests],
-                        "above": [int((d[:, j] > 0).sum()) for j in range(n)]}  # fmt: skip
-        differences.append(entry)
-    differences.sort(key=lambda e: (_reference_rank(sets[e["minus"]]["arm"]), e["seeds"][0], _reference_rank(sets[e["set"]]["arm"])))
+    values = {key: _per_seed(us) for key, (_, us) in grouped.items()}  # {metric: (S, n)}, seeds ascending
+    sets = {key: {"arm": us[0]["arm"], "commit": us[0]["commit"], "source": src, "seeds": [u["seed"] for u in us],
+                  **{m: _t_columns(values[key][m]) for m in METRICS}} for key, (src, us) in grouped.items()}  # fmt: skip
+    pairs = [(a, b) for a in sets for b in sets  # each pair once: the later arm minus the earlier (the reference)
+             if _reference_rank(sets[a]["arm"]) > _reference_rank(sets[b]["arm"])]
+    differences = [e for a, b in pairs if (e := _difference(a, b, sets, values, checks)) is not None]
+    differences.sort(key=lambda e: (_reference_rank(sets[e["minus"]]["arm"]), e["seeds"][0],
+                                    _reference_rank(sets[e["set"]]["arm"])))  # fmt: skip
     return {"command": "python recipes/objective_frontier.py", "sources": list(sources), "num_samples": n,
             "num_problems": len(next(iter(ids))), "ks": list(range(1, n + 1)), "units": len(units) - len(left_out),
             "sets": sets, "main_sets": main_sets(sets, differences), "differences": differences,
@@ -136,11 +150,13 @@ def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
 def main_sets(sets: dict, differences: list[dict]) -> dict[str, str]:
     """Each arm's set for the figure: its most seeds among sets compared with RLOO (else its most seeds)."""
     with_rloo = {e["set"] for e in differences if sets[e["minus"]]["arm"] == "rloo"}
+
+    def rank(key: str) -> tuple:
+        return sets[key]["arm"] == "rloo" or key in with_rloo, len(sets[key]["seeds"]), -sets[key]["seeds"][0]
+
     out = {}
     for key, s in sets.items():
-        best = out.get(s["arm"])
-        rank = (s["arm"] == "rloo" or key in with_rloo, len(s["seeds"]), -s["seeds"][0])
-        if best is None or rank > (s["arm"] == "rloo" or best in with_rloo, len(sets[best]["seeds"]), -sets[best]["seeds"][0]):
+        if s["arm"] not in out or rank(key) > rank(out[s["arm"]]):
             out[s["arm"]] = key
     return dict(sorted(out.items(), key=lambda kv: _reference_rank(kv[0])))
 
