@@ -117,3 +117,37 @@ def test_a_repeated_key_is_refused_where_trl_would_keep_the_last(tmp_path):
     with pytest.raises(SystemExit) as exc:
         recipe.parse_command_line(["--config", str(config)])
     assert exc.value.code == 2
+
+
+def test_every_numeric_field_of_the_script_and_model_groups_is_refused_by_name(tmp_path, capsys):
+    """Per class: NaN in every float field and 1.5 in every int field of the recipe's own argument groups (the
+    training group: tests/test_config.py) stop parsing with one line naming the field, exit status 2. The YAML route
+    is the one that passes a float where an int belongs untouched (argparse converts flags)."""
+    import dataclasses
+    import math
+    import typing
+
+    import yaml
+    from trl import ModelConfig
+
+    from ordergrad_trl.training.numeric_fields import _kinds
+
+    spec = __import__("importlib.util").util.spec_from_file_location("math_cvar_numeric_test", RECIPE)
+    recipe = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    checked = 0
+    for group in (recipe.MathScriptArguments, ModelConfig):
+        hints = typing.get_type_hints(group)
+        for f in dataclasses.fields(group):
+            kinds, _ = _kinds(hints[f.name])
+            if not kinds or not f.init:
+                continue
+            config = tmp_path / f"{f.name}.yaml"
+            settings = {**yaml.safe_load(QUICKSTART), f.name: 1.5 if kinds == {int} else math.nan}  # one key each
+            config.write_text(yaml.safe_dump(settings))
+            with pytest.raises(SystemExit) as exc:
+                recipe.parse_command_line(["--config", str(config), "--output_dir", str(tmp_path / "out")])
+            err = capsys.readouterr().err
+            assert exc.value.code == 2 and err.count("\n") == 1 and f"{f.name} must be" in err, (f.name, err)
+            checked += 1
+    assert checked >= 5

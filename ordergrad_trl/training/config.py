@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy
 import trl
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 from trl import GRPOConfig
 
 from ..core.estimators import estimator_help, estimator_name
@@ -21,6 +21,7 @@ from ..core.plan import (
 )  # fmt: skip
 from ..core.schedule import ObjectiveStage
 import ordergrad_trl.training.trl_private as trl_private  # TRL and vLLM probing, fenced there
+from .numeric_fields import check_numeric_fields
 from .passk import default_log_ks
 
 logger = logging.getLogger(__name__)
@@ -229,6 +230,7 @@ class OrderGradConfig(GRPOConfig):
 
     def __post_init__(self):
         self._check_fields_trl_reads()
+        check_numeric_fields(self)  # inf, NaN, 1.5 where an integer belongs, out of range: refused by name
         # A copy (dataclasses.replace, a saved config reloaded) carries both of TRL's derived batch fields, which
         # TRL refuses together: re-derive the generation batch, and refuse only a pair that disagrees.
         copied = self.generation_batch_size if self.steps_per_generation is not None else None
@@ -346,11 +348,18 @@ class OrderGradConfig(GRPOConfig):
 
     def _check_vllm_version(self):
         """With `use_vllm`, an installed vLLM outside TRL's supported range fails here, not deep in generation."""
-        found = trl_private.installed_vllm_version() if self.use_vllm else None
-        if found is None:  # not installed: TRL's trainer says how to install it
+        if not self.use_vllm:
             return
-        supported = trl_private.trl_vllm_range()
-        if Version(Version(found).base_version) not in supported:  # base_version: "0.24.0+cu129" is 0.24.0
+        found, supported = trl_private.installed_vllm_version(), trl_private.trl_vllm_range()
+        if found is None:  # TRL would fail at the trainer's construction with a traceback
+            raise ValueError(f"use_vllm=True but vLLM is not installed: pip install \"ordergrad-trl[vllm]\" (vllm"
+                             f"{supported}, what trl {trl.__version__} supports), or set use_vllm=False.")
+        try:
+            version = Version(Version(found).base_version)  # base_version: "0.24.0+cu129" is 0.24.0
+        except InvalidVersion:
+            raise ValueError(f"use_vllm=True: the installed vLLM's version {found!r} is not a version number; "
+                             f"reinstall vllm{supported} or set use_vllm=False.") from None
+        if version not in supported:
             distribution = (trl_private.installed_vllm() or ("vllm",))[0]
             raise ValueError(
                 f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported} (found as the "
