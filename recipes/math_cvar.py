@@ -350,6 +350,9 @@ if __name__ == "__main__":
     except InputError as err:  # found while loading data or the model: still the user's to fix
         sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {' '.join(str(err).split())}\n")
         sys.exit(2)
+    except FloatingPointError as err:  # training diverged (non-finite loss or weights): stopped, nothing saved
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {err}\n")
+        sys.exit(1)
     # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
     # gloo's threads can abort the process ("terminate called without an active exception") after a good run.
     gc.collect()

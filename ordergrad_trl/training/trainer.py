@@ -24,6 +24,9 @@ from trl.extras.profiling import profiling_context
 from ..core.advantage import _float64_device, lstat_value
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
+from .finite_guard import (
+    StopOnNonFiniteWeights, check_finite_loss, check_finite_weights, check_reward_magnitudes, warn_if_overflowing,
+)  # fmt: skip
 from .passk import group_passk
 from .resolved_config import SaveResolvedConfig, resolved_config
 from .trl_private import TESTED_TRL_VERSIONS, check_instance
@@ -152,6 +155,7 @@ class OrderGradTrainer(GRPOTrainer):
             savers = [SaveResolvedConfig(resolved_config({"training": args}, self.ordergrad_plan))]
             self.add_callback(savers[0])
         self.ordergrad_saver = savers[0]
+        self.add_callback(StopOnNonFiniteWeights(self))
         from .reward_checks import checked_reward_funcs  # local: this seam stays self-contained
 
         # a string or a list from a reward function then fails naming it, not deep in TRL's torch.tensor(...)
@@ -165,9 +169,16 @@ class OrderGradTrainer(GRPOTrainer):
                 args.loss_type,
             )
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        check_finite_loss(self, loss)  # every process agrees, before the optimizer steps on it
+        return loss
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        """`Trainer.save_model`, then the run's record (`ordergrad_resolved_config.json`: every setting and the
-        objective plan) beside the saved model (main process): a final model says what trained it."""
+        """`Trainer.save_model` (refused when a weight is not finite: a diverged model is never saved as if fine),
+        then the run's record (`ordergrad_resolved_config.json`: every setting and the objective plan) beside the
+        saved model (main process): a final model says what trained it."""
+        check_finite_weights(self, f"not saving to {output_dir or self.args.output_dir}")
         super().save_model(output_dir, _internal_call)
         if self.is_world_process_zero():
             self.ordergrad_saver.write(output_dir or self.args.output_dir)
@@ -297,7 +308,8 @@ class OrderGradTrainer(GRPOTrainer):
         # Weighted sum as TRL's "sum_then_normalize": a None from some functions counts as 0, from all as unscorable.
         weights = self.reward_weights.to(rewards_per_func.device)
         weighted = rewards_per_func * weights.unsqueeze(0)  # (N_global, num_funcs)
-        self._check_reward_magnitudes(rewards_per_func, weighted)
+        check_reward_magnitudes(rewards_per_func, weighted, self.reward_func_names, self.reward_weights,
+                                self.state.global_step + 1)
         unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (N_global,)
         rewards = weighted.nansum(dim=1)
         rewards = rewards.masked_fill(unscorable, torch.nan)
@@ -314,7 +326,7 @@ class OrderGradTrainer(GRPOTrainer):
             )
         advantages = self.ordergrad_plan.scale_advantages(advantages, grouped)  # scale_rewards, after any override
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
-        self._warn_if_overflowing(advantages, weighted)
+        warn_if_overflowing(advantages, weighted, self.reward_func_names)
 
         metrics = self._metrics[mode]
         if self.ordergrad_plan.per_reward is not None:
@@ -352,47 +364,3 @@ class OrderGradTrainer(GRPOTrainer):
                 total += self.reward_weights[f].item() * value
         if total is not None:
             metrics["ordergrad/objective"].append(total)
-
-    def _check_reward_magnitudes(self, rewards_per_func: torch.Tensor, weighted: torch.Tensor) -> None:
-        """+-inf stops training at this step, naming the reward function it comes from: returned by it (None marks
-        an unscorable rollout), or reached in float32 once multiplied by its reward weight or summed with the others.
-        """
-        n, step = rewards_per_func.shape[0], self.state.global_step + 1
-        for f in torch.isinf(rewards_per_func).any(dim=0).nonzero().flatten().tolist():
-            count = int(torch.isinf(rewards_per_func[:, f]).sum())
-            raise ValueError(
-                f"reward function {self.reward_func_names[f]!r} returned +-inf for {count} of {n} rollouts at step "
-                f"{step}: return a finite reward, or None for a rollout it cannot score."
-            )
-        for f in torch.isinf(weighted).any(dim=0).nonzero().flatten().tolist():
-            largest = torch.nan_to_num(rewards_per_func[:, f].abs(), nan=0.0).max().item()
-            raise ValueError(
-                f"reward function {self.reward_func_names[f]!r} returned rewards up to {largest:.3g}, which times its "
-                f"reward weight {self.reward_weights[f].item():.3g} overflow float32 (largest "
-                f"{torch.finfo(torch.float32).max:.3g}) for {int(torch.isinf(weighted[:, f]).sum())} of {n} rollouts "
-                f"at step {step}: rescale that reward or lower its reward_weights."
-            )
-        total = weighted.nansum(dim=1)  # (N_global,)
-        if torch.isinf(total).any():
-            row = int(torch.isinf(total).nonzero()[0])
-            parts = ", ".join(f"{name!r}: {value:.3g}" for name, value in zip(self.reward_func_names, weighted[row].tolist()))
-            raise ValueError(
-                f"the weighted sum of the reward functions overflows float32 (largest "
-                f"{torch.finfo(torch.float32).max:.3g}) for {int(torch.isinf(total).sum())} of {n} rollouts at step "
-                f"{step} (rollout {row}: {parts}): rescale those rewards or lower their reward_weights."
-            )
-
-    def _warn_if_overflowing(self, advantages: torch.Tensor, weighted: torch.Tensor) -> None:
-        """A warning naming the reward function when advantages are so large that squaring them overflows float32:
-        the gradient norm, a sum of squares of gradients that scale with them, is then likely inf (or nan), and
-        clipping cannot save that step."""
-        if torch.isfinite(advantages.double().square().sum().float()):
-            return
-        largest = torch.nan_to_num(weighted.double().abs(), nan=0.0).amax(dim=0)  # (num_funcs,)
-        f = int(largest.argmax())
-        logger.warning(
-            "reward function %r returned rewards up to %.3g (times its reward weight): the advantages (up to %.3g) "
-            "overflow float32 when squared, so the gradient norm is likely inf or nan and the model's weights can "
-            "turn nan. Rescale that reward or lower its reward_weights.",
-            self.reward_func_names[f], largest[f].item(), advantages.abs().max().item(),
-        )
