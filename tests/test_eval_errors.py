@@ -257,3 +257,34 @@ def test_recipe_bad_setting_is_one_line_with_exit_2(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == \
         "math_cvar.py: error: max_eval_samples must be >= 0 (0 skips evaluation), got -1"
     assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_checks_its_keywords_as_the_command_line_checks_flags(tmp_path):
+    """From Python: an empty output_dir is refused (it used to become ./eval_out) and a string where a bool or a list
+    belongs is refused by name (it used to pass unchecked), before anything is written."""
+    from ordergrad_trl.evaluation import evaluate
+    from ordergrad_trl.evaluation.errors import UsageError
+
+    with pytest.raises(UsageError, match="--output_dir must not be empty"):
+        evaluate(backend="reference", datasets=["arithmetic"], output_dir="")
+    for option, value in (("disable_tqdm", "false"), ("ks", "4"), ("num_samples", 1.5)):
+        with pytest.raises(UsageError, match=rf"evaluate\(\): --{option}"):
+            evaluate(backend="reference", datasets=["arithmetic"], output_dir=str(tmp_path / "run"), **{option: value})
+    assert not (tmp_path / "run").exists() and not Path("eval_out").exists()
+
+
+def test_one_file_name_in_two_unicode_forms_is_one_dataset(tmp_path):
+    """NFC and NFD spellings of one accented file name (macOS writes NFD) map to one folder, so two --datasets
+    entries naming them are refused as the same dataset instead of becoming two."""
+    import unicodedata
+
+    from ordergrad_trl.evaluation.errors import UsageError
+    from ordergrad_trl.evaluation.problems import check_keys, dataset_key
+
+    composed, decomposed = (unicodedata.normalize(form, "problèmes") for form in ("NFC", "NFD"))
+    assert composed != decomposed
+    for name in (composed, decomposed):
+        (tmp_path / f"{name}.jsonl").write_text('{"problem": "1+1?", "answer": "2"}\n')
+    assert dataset_key(str(tmp_path / f"{decomposed}.jsonl")) == composed
+    with pytest.raises(UsageError, match="would both be stored as"):
+        check_keys([str(tmp_path / f"{composed}.jsonl"), str(tmp_path / f"{decomposed}.jsonl")])

@@ -135,6 +135,19 @@ def test_cpu_only_workers_get_no_gpu_mask(tiny_model_dir, tmp_path, fake_gpus):
     assert [("CUDA_VISIBLE_DEVICES" in w.env) for w in FakeWorker.launched] == [False, False]
 
 
+def test_cpu_only_workers_are_bounded_by_the_cores(tiny_model_dir, tmp_path, fake_gpus, monkeypatch):
+    """Without a GPU each worker is a process loading the model on the CPU: more than the usable cores is refused,
+    naming the machine's figure, before any worker starts (a fixed cap of 1024 allowed 1024 model loads)."""
+    from ordergrad_trl.tasks import reward_settings
+
+    fake_gpus(0, None)
+    monkeypatch.setattr(reward_settings, "usable_cpus", lambda: 2)
+    with pytest.raises(UsageError, match=r"--data_parallel_size 3: no GPU is visible, and this machine gives this "
+                                         r"process 2 CPU core\(s\); .* use at most 2"):
+        generate(tiny_args(tiny_model_dir, data_parallel_size=3), PathArgs(str(tmp_path)))
+    assert not FakeWorker.launched and not (tmp_path / "arithmetic").exists()
+
+
 # ------------------------------------------------------------------------------------------------ stops
 def _model_that_ends_its_turn(path: Path, tok) -> Path:
     """Greedy: the answer token 'A', then <|im_end|>, then 'B' forever. Attention and MLP outputs are zeroed, so

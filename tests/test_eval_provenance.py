@@ -221,3 +221,18 @@ def test_tokenizer_loaded_and_adapter_merged_once_per_run(tiny_model_dir, tmp_pa
     assert calls == {"tokenizer": 1, "adapter": 1}
     assert set(rep["datasets"]) == {"arithmetic", "digits"}
     assert rep["provenance"]["model"]["adapter"] == str(adapter)
+
+
+def test_a_long_run_name_is_moved_aside_within_the_name_limit(tmp_path):
+    """--overwrite renames the old run to `<name>.replaced-<stamp>`: a name near the file system's 255-byte limit is
+    cut and keeps a hash (it used to fail with OSError: File name too long)."""
+    from ordergrad_trl.evaluation.provenance import _aside_name, _move_aside
+
+    out = tmp_path / ("r" * 250)
+    out.mkdir()
+    (out / "x").write_text("kept")
+    dest = _move_aside(out)
+    assert not out.exists() and (dest / "x").read_text() == "kept" and len(dest.name.encode()) <= 255
+    assert ".replaced-" in dest.name
+    assert _aside_name("run", ".replaced-1") == "run.replaced-1"  # short names unchanged
+    assert _aside_name("é" * 200, ".s") != _aside_name("é" * 199 + "e", ".s")  # cut names stay distinct

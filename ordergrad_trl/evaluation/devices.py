@@ -34,8 +34,16 @@ def visible_devices() -> list[str]:
 
 
 def worker_devices(dp: int, tp: int, devices: list[str]) -> list[str | None]:
-    """`CUDA_VISIBLE_DEVICES` of each rank: consecutive groups of tp visible GPUs (None on a CPU-only machine)."""
+    """`CUDA_VISIBLE_DEVICES` of each rank: consecutive groups of tp visible GPUs (None on a CPU-only machine, where
+    dp is bounded by the CPU cores this process may use: each worker loads the model)."""
     if not devices:
+        from ordergrad_trl.tasks.reward_settings import usable_cpus
+
+        if dp > usable_cpus():
+            raise UsageError(
+                f"--data_parallel_size {dp}: no GPU is visible, and this machine gives this process {usable_cpus()} "
+                f"CPU core(s); each worker process loads the model, so use at most {usable_cpus()}"
+            )
         return [None] * dp
     if dp * tp > len(devices):
         raise UsageError(

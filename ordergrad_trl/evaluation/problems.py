@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 import zlib
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def _file_of(name: str) -> Path | None:
 
 
 def dataset_key(name: str) -> str:
-    """Directory name of a benchmark inside the run: its registry name, or the file stem for a path."""
+    """Directory name of a benchmark inside the run: its registry name, or the file stem (NFC) for a path."""
     from ordergrad_trl.tasks.data import get_math_set
 
     path = _file_of(name)
@@ -48,7 +49,7 @@ def dataset_key(name: str) -> str:
             return get_math_set(name).name
         except ValueError as err:
             raise UsageError(f"--datasets {name}: {err}") from None
-    key = path.stem
+    key = unicodedata.normalize("NFC", path.stem)  # one folder per name however its accents are composed (macOS: NFD)
     if not key or key.startswith(".") or "/" in key or "\\" in key or "\0" in key or key.lower() in RUN_FILES:
         raise UsageError(f"--datasets {name}: the file name gives the folder name {key!r}, which is not a safe "
                          f"name inside --output_dir (empty, hidden, a path separator, or one of the run's own "

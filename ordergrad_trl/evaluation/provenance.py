@@ -115,13 +115,26 @@ def _dataset_changes(key: str, old: dict, new: dict, run_problems: list[dict], f
     return []
 
 
+def _aside_name(name: str, suffix: str, limit: int = 255) -> str:
+    """`name + suffix` within the file system's name limit (bytes): a long run name is cut and keeps a hash of it."""
+    if len((name + suffix).encode()) <= limit:
+        return name + suffix
+    tag = "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    head = name.encode()[: limit - len((tag + suffix).encode())].decode(errors="ignore")
+    return head + tag + suffix
+
+
 def _move_aside(out: Path) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    dest = out.with_name(f"{out.name}.replaced-{stamp}")
+    dest = out.with_name(_aside_name(out.name, f".replaced-{stamp}"))
     i = 1
     while dest.exists():
-        dest, i = out.with_name(f"{out.name}.replaced-{stamp}-{i}"), i + 1
-    os.rename(out, dest)
+        dest, i = out.with_name(_aside_name(out.name, f".replaced-{stamp}-{i}")), i + 1
+    try:
+        os.rename(out, dest)
+    except OSError as err:
+        raise UsageError(f"--overwrite: cannot move {out} aside to {dest.name} ({err.strerror or err}); move or "
+                         "delete it yourself, or pick another --output_dir") from None
     return dest
 
 

@@ -18,6 +18,7 @@ from .args import (
     PathArgs,
     ReportArgs,
     ScoreArgs,
+    check_types,
     validate_generate,
     validate_score,
 )
@@ -55,7 +56,10 @@ def _split_options(options: dict, groups) -> list:
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise UsageError(f"evaluate(): unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-    return [cls(**{k: v for k, v in options.items() if names[k] is cls}) for cls in groups]
+    parsed = [cls(**{k: v for k, v in options.items() if names[k] is cls}) for cls in groups]
+    for obj in parsed:  # the command line's type checks: disable_tqdm="false" is not a bool, as --ks "4" is no list
+        check_types(obj, "evaluate(): ")
+    return parsed
 
 
 def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None = None,
@@ -81,5 +85,6 @@ def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None =
         check_args(report_args)  # before scoring: a bad report flag fails before the slow part
         score(score_args, paths)
         return report(report_args, paths)
-    opts = {**options, "model": model, "output_dir": os.fspath(output_dir or PathArgs.output_dir)}
+    out = PathArgs.output_dir if output_dir is None else os.fspath(output_dir)  # "" is refused by name, not replaced
+    opts = {**options, "model": model, "output_dir": out}
     return run(*_split_options(opts, _GROUPS))["report"]
