@@ -222,3 +222,20 @@ def test_each_bounded_field_refuses_the_first_value_outside_its_range(cpu_traini
     inside = low if low_in and low is not None else (high if high_in and high is not None else None)
     if inside is not None and name not in ("seed", "data_seed", "max_steps") and "batch" not in name:
         OrderGradConfig(**{**cpu_training_args, name: inside})  # the edge itself is accepted (batch sizes: TRL's rules)
+
+
+def test_a_field_whose_annotation_cannot_be_resolved_does_not_hide_the_others():
+    """A config class may annotate a field with a name imported only for type checkers: that field is skipped, and
+    the numeric fields beside it are still checked."""
+    import dataclasses
+
+    from ordergrad_trl.training.numeric_fields import check_numeric_fields
+
+    @dataclasses.dataclass
+    class Config:
+        model: "NotImportedHere" = None  # noqa: F821
+        learning_rate: float = math.nan
+
+    with pytest.raises(ValueError, match="learning_rate must be a finite number, got nan"):
+        check_numeric_fields(Config())
+    check_numeric_fields(Config(learning_rate=1e-5))

@@ -52,6 +52,24 @@ def _kinds(annotation) -> tuple[set[type], bool]:
     return {a for a in args if a in (int, float)}, type(None) in args
 
 
+def _hints(cls) -> dict:
+    """The resolved annotations of `cls`; field by field where one of them cannot be resolved (a TRL release may
+    annotate with a name it imports only for type checkers): such a field is skipped, the others are checked."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:
+        import sys
+
+        out = {}
+        for f in dataclasses.fields(cls):
+            owner = next((c for c in cls.__mro__ if f.name in getattr(c, "__annotations__", {})), cls)
+            try:
+                out[f.name] = eval(f.type, vars(sys.modules[owner.__module__])) if isinstance(f.type, str) else f.type
+            except Exception:
+                continue
+        return out
+
+
 def _bounds(low, high, low_in: bool, high_in: bool) -> str:
     left = "" if low is None else f"{'>=' if low_in else '>'} {low}"
     right = "" if high is None else f"{'<=' if high_in else '<'} {high}"
@@ -61,7 +79,7 @@ def _bounds(low, high, low_in: bool, high_in: bool) -> str:
 def check_numeric_fields(config) -> None:
     """Raise `ValueError` naming the first numeric field of dataclass `config` that is not a finite number (float
     fields), an integer (int fields) or within its `RANGES` entry."""
-    hints = typing.get_type_hints(type(config))
+    hints = _hints(type(config))
     for f in dataclasses.fields(config):
         if f.name.startswith("ordergrad_"):  # the plan checks these, with their own messages
             continue
