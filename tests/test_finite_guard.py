@@ -88,3 +88,17 @@ def test_processes_agree_through_one_gathered_flag():
     for mine, others, expected in ((False, [0.0], False), (False, [1.0], True), (True, [0.0], True)):
         trainer.accelerator = Accelerator(others)
         assert finite_guard._anywhere(trainer, mine, "cpu") is expected
+
+
+def test_the_screen_by_sums_is_confirmed_entry_by_entry():
+    """A parameter whose finite entries sum past float32's max is not reported; one holding NaN or inf is."""
+    from ordergrad_trl.training.finite_guard import _first_non_finite
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(3e38)  # finite; their sum overflows to inf
+        assert _first_non_finite(model) is None
+        model[1].bias[1] = math.nan
+        assert _first_non_finite(model) == "1.bias"
+        model[0].weight[0, 0] = -math.inf
+        assert _first_non_finite(model) == "0.weight"
