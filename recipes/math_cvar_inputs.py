@@ -68,10 +68,14 @@ def _check_output_dir(output_dir: str) -> None:
 
 def check_inputs(script_args, training_args, model_args) -> None:
     """The cross-field and filesystem checks no single argument class can make; InputError names the field."""
+    from ordergrad_trl.training import trl_private
     from ordergrad_trl.training.numeric_fields import check_numeric_fields
 
     for group in (script_args, model_args):  # OrderGradConfig checks its own numeric fields when it is built
         check_numeric_fields(group)
+    if training_args.use_vllm and trl_private.installed_vllm() is None:  # TRL fails later, with a traceback
+        raise InputError(f"use_vllm=True but vLLM is not installed: pip install \"ordergrad-trl[vllm]\" (vllm"
+                         f"{trl_private.trl_vllm_range()}), or set use_vllm false")
     funcs, weights = script_args.reward_funcs, training_args.reward_weights
     if weights is not None and len(weights) != len(funcs):
         raise InputError(f"reward_weights {list(weights)} has {len(weights)} entries but reward_funcs {funcs} has "

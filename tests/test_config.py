@@ -102,8 +102,7 @@ def test_unsupported_vllm_fails_at_construction(cpu_training_args, monkeypatch, 
             OrderGradConfig(**cpu_training_args, use_vllm=True)
     OrderGradConfig(**cpu_training_args, use_vllm=False)  # not checked without use_vllm
     monkeypatch.setattr(probes, "installed_vllm_version", lambda: None)
-    with pytest.raises(ValueError, match="use_vllm=True but vLLM is not installed"):  # not a traceback at step 0
-        OrderGradConfig(**cpu_training_args, use_vllm=True)
+    OrderGradConfig(**cpu_training_args, use_vllm=True)  # not installed: TRL's trainer says how to install it
 
 
 @pytest.mark.parametrize(

@@ -151,3 +151,17 @@ def test_every_numeric_field_of_the_script_and_model_groups_is_refused_by_name(t
             assert exc.value.code == 2 and err.count("\n") == 1 and f"{f.name} must be" in err, (f.name, err)
             checked += 1
     assert checked >= 5
+
+
+def test_use_vllm_without_vllm_is_one_line_naming_the_fix(tmp_path, capsys):
+    from ordergrad_trl.training.trl_private import installed_vllm
+
+    if installed_vllm() is not None:
+        pytest.skip("vLLM is installed here (CI's vLLM step): the refusal needs a machine without it")
+    spec = __import__("importlib.util").util.spec_from_file_location("math_cvar_vllm_test", RECIPE)
+    recipe = __import__("importlib.util").util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    with pytest.raises(SystemExit) as exc:
+        recipe.parse_command_line(["--use_vllm", "true", "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "use_vllm=True but vLLM is not installed" in err

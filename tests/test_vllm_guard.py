@@ -75,10 +75,8 @@ def test_guard_finds_every_vllm_distribution(fake_vllm, monkeypatch, cpu_trainin
     assert probes.installed_vllm() == expected
     assert probes.installed_vllm_version() == (expected and expected[1])
     assert trl_sees(monkeypatch, dists) == (expected and expected[1])  # TRL warns with the same version
-    if expected is None:  # refused when the config is built, naming the fix, not a traceback from the trainer
-        with pytest.raises(ValueError, match=r"use_vllm=True but vLLM is not installed: pip install "
-                                             r"\"ordergrad-trl\[vllm\]\".*or set use_vllm=False"):
-            OrderGradConfig(**cpu_training_args, use_vllm=True)
+    if expected is None:  # a config can be built (GPU configs are checked on CPU machines); the recipe refuses it
+        assert OrderGradConfig(**cpu_training_args, use_vllm=True).use_vllm
         return
     distribution, found = expected
     with pytest.raises(ValueError) as error:
