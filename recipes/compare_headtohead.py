@@ -23,7 +23,9 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures
+from compare_replication import (
+    MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, rerun_result, write_report,
+)  # fmt: skip
 from compare_seed_level import CEILING, detectable, stable
 from compare_summary import check_units, load_units
 from ordergrad_trl.core.stats import holm, seed_t_test
@@ -60,10 +62,9 @@ def repro_check(replication: dict, repro_dir: Path, commits: list[str]) -> dict:
         if commits and rerun.get("commit") not in commits:
             out["per_unit"][name] = {"status": "not available", "note": f"the rerun ran at {rerun.get('commit')}"}
             continue
-        same = rerun["eval"]["problem_ids"] == orig["eval"]["problem_ids"]
-        differing = sum(x != y for x, y in zip(orig["eval"]["correct"], rerun["eval"]["correct"])) if same else None
-        out["per_unit"][name] = {"status": "passed" if differing == 0 else "failed", "commit": rerun.get("commit"),
-                                 "original_commit": orig.get("commit"), "problems_differing": differing}  # fmt: skip
+        result = rerun_result(orig, rerun)
+        out["per_unit"][name] = {"status": result["status"], "commit": rerun.get("commit"),
+                                 "original_commit": orig.get("commit"), "problems_differing": result["problems_differing"]}  # fmt: skip
     statuses = {e["status"] for e in out["per_unit"].values()}
     out["status"] = "passed" if statuses == {"passed"} else "failed" if "failed" in statuses else "not available"
     return out
@@ -187,7 +188,5 @@ def table(r: dict) -> str:
 def summarize_headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Path | None = None) -> dict:
     """Writes `<assets>.json` and `<assets>.md` beside the units folder and prints the table."""
     report = headtohead(assets, replication_dir, repro_dir)
-    (assets.parent / f"{assets.name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (assets.parent / f"{assets.name}.md").write_text(table(report) + "\n")
-    print(table(report))
+    write_report(assets, report, table(report))
     return report

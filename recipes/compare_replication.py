@@ -64,6 +64,21 @@ def _pairs(units: dict, seeds) -> tuple[list[int], list[float], list[float]]:
     return done, [pass_at_k(units[f"{BASELINE}-s{s}"]) for s in done], [pass_at_k(units[f"{ARM}-s{s}"]) for s in done]
 
 
+def rerun_result(original: dict, rerun: dict) -> dict:
+    """A committed unit against its rerun: the number of problems whose correct count differs (None when they scored
+    other problems) and "passed" only when none does. The one comparison every reproduction check makes."""
+    a, b = original["eval"], rerun["eval"]
+    differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if a["problem_ids"] == b["problem_ids"] else None
+    return {"status": "passed" if differing == 0 else "failed", "problems_differing": differing}
+
+
+def write_report(assets: Path, report: dict, text: str) -> None:
+    """`<assets>.json` and `<assets>.md` beside the units folder, and the table printed."""
+    (assets.parent / f"{assets.name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (assets.parent / f"{assets.name}.md").write_text(text + "\n")
+    print(text)
+
+
 def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
     """The committed `rloo-s9` rerun at the replication's commit: the same correct count on every problem?"""
     out = {"unit": REPRO_UNIT, "path": f"{repro_path.parent.name}/{repro_path.name}"}  # no machine's absolute path
@@ -72,10 +87,9 @@ def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
     rerun = json.loads(repro_path.read_text())
     if commits and rerun.get("commit") not in commits:
         return {**out, "status": "not available", "note": f"the rerun ran at {rerun.get('commit')}, not {commits}"}
-    a, b = ten_seed[REPRO_UNIT]["eval"], rerun["eval"]
-    differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if a["problem_ids"] == b["problem_ids"] else None
-    ok = differing == 0
-    return {**out, "status": "passed" if ok else "failed", "commit": rerun.get("commit"), "problems_differing": differing}
+    result = rerun_result(ten_seed[REPRO_UNIT], rerun)
+    return {**out, "status": result["status"], "commit": rerun.get("commit"),
+            "problems_differing": result["problems_differing"]}  # fmt: skip
 
 
 def exploratory_arm(units: dict, arm: str) -> dict:
@@ -229,7 +243,5 @@ def table(r: dict) -> str:
 def summarize_replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path | None = None) -> dict:
     """Writes `<assets>.json` and `<assets>.md` beside the units folder and prints the table."""
     report = replication(assets, ten_seed_dir, repro_path)
-    (assets.parent / f"{assets.name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (assets.parent / f"{assets.name}.md").write_text(table(report) + "\n")
-    print(table(report))
+    write_report(assets, report, table(report))
     return report

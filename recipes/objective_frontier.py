@@ -24,7 +24,8 @@ from pathlib import Path
 
 import torch
 
-from compare_seed_level import stable  # recipes/, beside this file
+from compare_replication import rerun_result  # recipes/, beside this file
+from compare_seed_level import stable
 from compare_summary import curves, load_units
 from ordergrad_trl.core.stats import seed_t_test
 
@@ -67,11 +68,9 @@ def reproduction_checks(assets: Path, units: dict[str, dict]) -> list[dict]:
             if original is None:
                 checks.append({**entry, "status": "not available", "why": f"no {rerun['unit']} in {source}/"})
                 continue
-            a, b = original["eval"], rerun["eval"]
-            same_ids = a["problem_ids"] == b["problem_ids"]
-            differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if same_ids else None
-            checks.append({**entry, "original_commit": original.get("commit"), "problems_differing": differing,
-                           "status": "passed" if differing == 0 else "failed"})  # fmt: skip
+            result = rerun_result(original, rerun)
+            checks.append({**entry, "original_commit": original.get("commit"),
+                           "problems_differing": result["problems_differing"], "status": result["status"]})  # fmt: skip
     return checks
 
 

@@ -101,7 +101,8 @@ class ObjectivePlan:
 
     def scaled_advantages(self, rewards: torch.Tensor, stage: PlanStage | None = None) -> torch.Tensor:
         """`(G, N)` rewards -> the `(G, N)` advantages that train: `stage`'s (default: the first) estimator, then
-        `scale_rewards`. What the trainer, the verl adapter and the comparison tools all call."""
+        `scale_rewards` (the trainer does the two steps apart, with its overridable `compute_advantages` between;
+        `grouped_advantages` is this for ragged groups)."""
         stage = self.stages[0] if stage is None else stage
         return self.scale_advantages(self.advantages(rewards, stage), rewards)
 

@@ -178,7 +178,8 @@ class OrderGradTrainer(GRPOTrainer):
         """`Trainer.save_model` (refused when a weight is not finite: a diverged model is never saved as if fine),
         then the run's record (`ordergrad_resolved_config.json`: every setting and the objective plan) beside the
         saved model (main process): a final model says what trained it."""
-        check_finite_weights(self, f"not saving to {output_dir or self.args.output_dir}")
+        if not _internal_call:  # a checkpoint's weights were checked at that step's end (StopOnNonFiniteWeights)
+            check_finite_weights(self, f"not saving to {output_dir or self.args.output_dir}")
         super().save_model(output_dir, _internal_call)
         if self.is_world_process_zero():
             self.ordergrad_saver.write(output_dir or self.args.output_dir)
