@@ -123,6 +123,18 @@ def load_units(assets: Path) -> dict[str, dict]:
     return units
 
 
+def check_counts(unit: dict) -> None:
+    """A unit's eval as the driver writes it: per problem an integer count of correct samples in [0, n] and n scored
+    samples; a hand-edited or cut file is refused naming the unit (it would otherwise index past the tables)."""
+    ev, n = unit["eval"], unit["num_samples"]
+    rows = len(ev["problem_ids"])
+    ok = len(ev["correct"]) == rows == len(ev["scored"]) and all(
+        isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= n for c in ev["correct"])  # fmt: skip
+    if not ok:
+        raise ValueError(f"unit {unit['unit']}: its correct counts are not {rows} integers in [0, {n}], one per problem; "
+                         "the file was edited or is corrupt: rerun it")
+
+
 def check_units(units: dict[str, dict]) -> tuple[dict, dict]:
     """One protocol: every unit scored the same problems with n samples and sampled its eval alike, and every
     trained unit trained alike (a unit from an older config is stale). Returns (a unit, the first trained unit)."""
@@ -131,6 +143,7 @@ def check_units(units: dict[str, dict]) -> tuple[dict, dict]:
     for u in units.values():
         if u["eval"]["problem_ids"] != ids or u["num_samples"] != n or min(u["eval"]["scored"]) != n:
             raise ValueError(f"unit {u['unit']}: other problems or samples than {any_unit['unit']}; rerun it")
+        check_counts(u)
     first_trained = next((u for u in units.values() if u["arm"] != "base"), any_unit)
     for u in units.values():
         keys = EVAL_KEYS if u["arm"] == "base" else (*u.get("config", {}), "train_overrides")

@@ -26,7 +26,7 @@ import torch
 
 from compare_replication import rerun_result  # recipes/, beside this file
 from compare_seed_level import stable
-from compare_summary import curves, load_units
+from compare_summary import check_counts, curves, load_units
 from ordergrad_trl.core.stats import seed_t_test
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -128,6 +128,8 @@ def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
     ids = {tuple(u["eval"]["problem_ids"]) for u in units.values()}
     if len(ns) != 1 or len(ids) != 1:
         raise ValueError(f"units differ in samples ({sorted(ns)}) or problems ({len(ids)} problem lists)")
+    for u in units.values():
+        check_counts(u)
     (n,) = ns
     grouped, left_out, base = _group(units)
     checks = reproduction_checks(assets, units)

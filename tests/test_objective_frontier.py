@@ -209,3 +209,14 @@ def test_docs_state_the_maxrl_reproduction_check_as_the_report_has_it():
              f"{len(rerun['eval']['correct'])} problems as the committed unit ({sum(rerun['eval']['correct'])} of "
              f"{sum(rerun['eval']['scored'])})")  # fmt: skip
     assert check["status"] == "passed" and claim in results
+
+
+def test_a_hand_edited_unit_is_refused_naming_it(assets):
+    """A count above n (or not an integer) would index past the U-statistic tables: one line naming the unit."""
+    path, _ = assets
+    for bad in (17, 2.5, True):
+        unit = json.loads((path / "compare_objectives" / "max8-s4.json").read_text())
+        unit["eval"]["correct"][0] = bad
+        (path / "compare_objectives" / "max8-s4.json").write_text(json.dumps(unit))
+        with pytest.raises(ValueError, match=r"unit max8-s4: its correct counts are not 9 integers in \[0, 16\]"):
+            objective_frontier.frontier(path)
