@@ -188,5 +188,5 @@ def table(r: dict) -> str:
 def summarize_headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Path | None = None) -> dict:
     """Writes `<assets>.json` and `<assets>.md` beside the units folder and prints the table."""
     report = headtohead(assets, replication_dir, repro_dir)
-    write_report(assets, report, table(report))
+    write_report(assets.parent / assets.name, report, table(report))
     return report

@@ -22,6 +22,7 @@ counts), and, exploratory, the same test on seeds 0-24 pooled with the ten-seed 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -72,10 +73,14 @@ def rerun_result(original: dict, rerun: dict) -> dict:
     return {"status": "passed" if differing == 0 else "failed", "problems_differing": differing}
 
 
-def write_report(assets: Path, report: dict, text: str) -> None:
-    """`<assets>.json` and `<assets>.md` beside the units folder, and the table printed."""
-    (assets.parent / f"{assets.name}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (assets.parent / f"{assets.name}.md").write_text(text + "\n")
+def write_report(base: Path, report: dict, text: str) -> None:
+    """`<base>.json` and `<base>.md`, each replaced whole (a reader, or a second summarize at once, never sees half a
+    file), and the table printed."""
+    for suffix, content in ((".json", json.dumps(report, indent=1)), (".md", text)):
+        path = base.with_name(base.name + suffix)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(content + "\n")
+        os.replace(tmp, path)
     print(text)
 
 
@@ -243,5 +248,5 @@ def table(r: dict) -> str:
 def summarize_replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path | None = None) -> dict:
     """Writes `<assets>.json` and `<assets>.md` beside the units folder and prints the table."""
     report = replication(assets, ten_seed_dir, repro_path)
-    write_report(assets, report, table(report))
+    write_report(assets.parent / assets.name, report, table(report))
     return report

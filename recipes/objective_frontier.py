@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import rerun_result  # recipes/, beside this file
+from compare_replication import rerun_result, write_report  # recipes/, beside this file
 from compare_seed_level import stable
 from compare_summary import check_counts, curves, load_units
 from ordergrad_trl.core.stats import seed_t_test
@@ -300,12 +300,10 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict:
     """Writes `<out>.json`, `<out>.md` and `<out>.png` (default `recipes/assets/objective_frontier.*`)."""
     out = out or assets / "objective_frontier"
     r = frontier(assets)
-    out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
-    out.with_suffix(".md").write_text(table(r) + "\n")
+    write_report(out, r, table(r))
     plot(r, out.with_suffix(".png"))
     if assets.resolve() == ASSETS:  # the committed units: the guide quotes them
         update_guide(r)
-    print(table(r))
     return r
 
 
