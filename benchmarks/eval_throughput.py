@@ -23,6 +23,7 @@ from pathlib import Path
 from ordergrad_trl.evaluation import records
 from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs, ScoreArgs
 from ordergrad_trl.evaluation.generate import generate
+from ordergrad_trl.evaluation.provenance import write_provenance
 from ordergrad_trl.evaluation.score import score
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +75,7 @@ def main() -> dict:
         ])
         provenance = json.loads((out / records.PROVENANCE).read_text())  # the same run, more samples per problem
         provenance["datasets"][d.name]["num_samples"] = (a.score_items // len(gens) + 1) * a.num_samples
-        records.write_json_atomic(big.parent / records.PROVENANCE, provenance)
+        write_provenance(big.parent, provenance)  # stamped with the check of its new contents
         t0 = time.perf_counter()
         sb = next(iter(score(ScoreArgs(reward_workers=a.reward_workers), PathArgs(str(big.parent))).values()))
         sb["wall_s"] = time.perf_counter() - t0

@@ -1,15 +1,23 @@
 """Run directories written by hand in tests, made whole: the `provenance.json` that `generate` would have written.
 
 Every stage checks a run against its provenance (`ordergrad_trl.evaluation.verify`), so a test that writes
-`problems.jsonl` and `generations.jsonl` itself records them with `adopt(out)` before it scores or reports.
+`problems.jsonl` and `generations.jsonl` itself records them with `adopt(out)` before it scores or reports; adopt
+also gives each generation row the tag of what made it, as `generate` does.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ordergrad_trl.evaluation import records
 from ordergrad_trl.evaluation.problems import problems_index, problems_sha256
+from ordergrad_trl.evaluation.provenance import write_provenance
+from ordergrad_trl.evaluation.verify import generation_tag
+
+
+def _raw_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def adopt(out: str | Path, num_samples: int | None = None) -> dict:
@@ -19,7 +27,8 @@ def adopt(out: str | Path, num_samples: int | None = None) -> dict:
     datasets = {}
     for d in records.dataset_dirs(out):
         problems = records.read_jsonl(d / "problems.jsonl")
-        n = num_samples or 1 + max((s for _, s in records.read_samples(d)), default=0)
+        gens = [r for f in d.glob(records.GEN_GLOB) for r in _raw_rows(f)]  # untagged yet: not read as checked rows
+        n = num_samples or 1 + max((r["sample"] for r in gens), default=0)
         datasets[d.name] = {"source": d.name, "split": "test", "limit": None, "local_data": False, "num_samples": n,
                             "num_problems": len(problems), "problems_sha256": problems_sha256(problems),
                             "problems_index": problems_index(problems)}
@@ -30,7 +39,13 @@ def adopt(out: str | Path, num_samples: int | None = None) -> dict:
         "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 1024},
         "datasets": datasets,
     }
-    records.write_json_atomic(out / records.PROVENANCE, provenance)
+    write_provenance(out, provenance)
+    for d in records.dataset_dirs(out):
+        problems = {p["id"]: p for p in records.read_jsonl(d / "problems.jsonl")}
+        for file in d.glob(records.GEN_GLOB):
+            rows = _raw_rows(file)
+            records.write_jsonl_atomic(file, [{**r, "tag": generation_tag(provenance, problems[r["id"]])}
+                                              if r.get("id") in problems else r for r in rows])
     return provenance
 
 

@@ -58,11 +58,24 @@ def stage(name: str, out: Path) -> list[str]:
     return [name, "--output_dir", str(out), "--disable_tqdm", *extra]
 
 
-def edit_rows(path: Path, edit) -> None:
-    """Rewrite a JSONL file with `edit(rows)` (a list of dicts, or of raw lines when they are str)."""
+def edit_rows(path: Path, edit, restamp: bool = True) -> None:
+    """Rewrite a JSONL file with `edit(rows)` (a list of dicts, or of raw lines when they are str). `restamp`: give
+    each row the check of its edited fields, as a determined editor would, so the checks behind the rows' own
+    (provenance, tags, completion checksums) are what is tested; without it the row check itself is."""
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     rows = edit(rows)
+    if restamp:
+        rows = [r if isinstance(r, str) else {**r, "check": records.row_check(r)} for r in rows]
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def edit_provenance(out: Path, edit) -> None:
+    """Edit provenance.json and give it the check of its new contents (a determined editor)."""
+    from ordergrad_trl.evaluation.provenance import write_provenance
+
+    prov = json.loads((out / "provenance.json").read_text())
+    edit(prov)
+    write_provenance(out, prov)
 
 
 def pass_at_1(out: Path) -> float:
@@ -133,10 +146,12 @@ def test_a_generation_without_its_tag_is_refused(run_a, capsys):
 
 def test_a_score_edited_by_hand_is_refused(run_a, capsys):
     scores = run_a / "test" / "scores.jsonl"
-    edit_rows(scores, lambda rows: [*rows[:2], {**rows[2], "correct": 0.0}, *rows[3:]])
-    msg = cli_error(capsys, stage("report", run_a))
-    assert f"{scores}:3:" in msg and "edited" in msg
-    assert main(stage("score", run_a))["test"]["scored"] == 1  # score rescores it
+    edit_rows(scores, lambda rows: [*rows[:2], {**rows[2], "correct": 0.0}, *rows[3:]], restamp=False)
+    for which in ("score", "report"):
+        msg = cli_error(capsys, stage(which, run_a))
+        assert f"{scores}:3:" in msg and "edited" in msg
+    edit_rows(scores, lambda rows: rows[:2] + rows[3:], restamp=False)  # the line deleted, as the message says
+    assert main(stage("score", run_a))["test"]["scored"] == 1  # score redoes it
     assert pass_at_1(run_a) == 1.0
 
 
@@ -151,9 +166,7 @@ def test_a_score_of_a_sample_never_generated_is_refused_then_dropped(run_a, caps
 
 
 def test_a_deleted_dataset_entry_is_refused_at_every_entrance(runs, run_a, capsys):
-    prov = json.loads((run_a / "provenance.json").read_text())
-    del prov["datasets"]["test"]
-    (run_a / "provenance.json").write_text(json.dumps(prov))
+    edit_provenance(run_a, lambda prov: prov["datasets"].pop("test"))
     for which in ("score", "report"):
         msg = cli_error(capsys, stage(which, run_a))
         assert f"{run_a / 'test'}: a dataset folder without an entry" in msg

@@ -139,4 +139,7 @@ def test_each_row_is_one_write(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "write", lambda fd, data: writes.append(bytes(data)) or real(fd, data))
     rows_in = [{"id": "x", "sample": s, "completion": "∑" * s} for s in range(3)]
     records.append_jsonl(tmp_path / "g.jsonl", rows_in)
-    assert [json.loads(w) for w in writes] == rows_in and all(w.endswith(b"\n") for w in writes)
+    written = [json.loads(w) for w in writes]
+    assert [{k: v for k, v in r.items() if k != "check"} for r in written] == rows_in
+    assert [r["check"] for r in written] == [records.row_check(r) for r in rows_in]  # every row stamped
+    assert all(w.endswith(b"\n") for w in writes)

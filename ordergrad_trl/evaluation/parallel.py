@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from . import records
-from .lock import lock_fd
+from .lock import lock_fds
 from .sampling import Work, generate_local
 
 __all__ = ["launch_workers", "run_worker"]
@@ -54,8 +54,8 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
         env["PYTHONPATH"] = _PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
         env["ORDERGRAD_EVAL_PARENT"] = str(os.getpid())  # the worker ends when this process dies
         cmd = [sys.executable, "-m", "ordergrad_trl.evaluation.parallel", str(spec_path)]
-        held = lock_fd(out)  # the worker shares the run's writer lock: it stays locked while any rank writes
-        procs.append(subprocess.Popen(cmd, env=env, pass_fds=(held,) if held is not None else ()))
+        # the worker shares the run's writer locks: it stays locked while any rank writes
+        procs.append(subprocess.Popen(cmd, env=env, pass_fds=lock_fds(out)))
     codes = [p.wait() for p in procs]
     if any(codes):
         raise RuntimeError(f"data-parallel generation workers exited with codes {codes} (ranks 0..{dp - 1}); "
@@ -83,7 +83,7 @@ def run_worker(spec_path: str) -> None:
     args = GenerateArgs(**spec["args"])
     out, rank = Path(spec["output_dir"]), spec["rank"]
     source = ModelSource(**spec["source"])
-    work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]], tags=v.get("tags"))
+    work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]], tags=v["tags"])
             for k, v in spec["work"].items()}
     stats = generate_local(args, out, spec["backend"], source, load_tokenizer(source), work,
                            f"generations.rank{rank}.jsonl", rank=rank, disable_tqdm=spec["disable_tqdm"])

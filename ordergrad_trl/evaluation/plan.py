@@ -21,13 +21,7 @@ from .lock import acquire
 from .modeling import ModelSource, fingerprint, load_tokenizer, resolve_model
 from .problems import check_keys, load_problems, problems_index, problems_sha256
 from .progress import quiet_datasets
-from .provenance import (
-    PROVENANCE,
-    check_or_replace,
-    dataset_entry,
-    read_provenance,
-    run_entry,
-)
+from .provenance import check_or_replace, dataset_entry, read_provenance, run_entry, write_provenance
 from .sampling import Work
 from .tokens import prompt_ids
 from .verify import generation_tag, run_mismatch
@@ -119,10 +113,10 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
         provenance["datasets"][key] = dict(
             entry, limit=_limit(old.get("limit"), entry["limit"]) if old else entry["limit"],
             num_samples=max(entry["num_samples"], (old or {}).get("num_samples") or 0),  # sample indices < this
-            tagged=bool(old.get("tagged")) if old else True,  # rows of an older run carry no tags
             num_problems=len(rows), problems_sha256=problems_sha256(rows), problems_index=problems_index(rows))
     out.mkdir(parents=True, exist_ok=True)
-    records.write_json_atomic(out / PROVENANCE, provenance)
+    acquire(out)  # the directory now at `out` (a new one after --overwrite's move) is locked too
+    write_provenance(out, provenance)
     for key, (rows, changed) in merged.items():
         (out / key).mkdir(exist_ok=True)
         if changed:
@@ -130,7 +124,7 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     # 5. what is still to generate (of this command's problems)
     work = {}
     for key, (subset, _) in loaded.items():
-        tags = [generation_tag(provenance, p) for p in subset] if provenance["datasets"][key]["tagged"] else None
+        tags = [generation_tag(provenance, p) for p in subset]
         work[key] = Work(ids=[p["id"] for p in subset], prompts=prompts[key] or [None] * len(subset), tags=tags,
                          units=_pending(out / key, subset, args.num_samples),
                          solutions=[p.get("solution") for p in subset] if backend == "reference" else None)

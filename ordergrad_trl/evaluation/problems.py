@@ -119,11 +119,11 @@ def check_data_file(name: str, path: Path) -> None:
 def problems_sha256(problems: list[dict]) -> str:
     """Hash of the problems' ids, question texts and golds, in order: what a run's numbers are numbers of."""
     canon = [[p["id"], p.get("question"), p["answer"]] for p in problems]
-    return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _crc(value) -> int:
-    return zlib.crc32(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+    return zlib.crc32(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def problems_index(problems: list[dict]) -> list[list]:

@@ -8,6 +8,10 @@ with one line naming the change, because its samples would be mixed with (or sco
 dataset's problems already in the run must be in the new data unchanged. `--overwrite` instead moves the old run
 aside, to `<output_dir>.replaced-<UTC time>` beside it, and starts afresh. What does not change the numbers may
 change: more samples (`--num_samples`), a larger `--limit`, more datasets, the seed, the backend, batch sizes.
+
+The file carries its own check (`check`: a SHA-256 of everything else in it, `write_provenance`): a hand edit of
+any key (the model's name in the report header, a dataset's `num_samples` or hash) is refused by every stage that
+reads it, and no key in it switches another check off.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from .records import PROVENANCE
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PROVENANCE", "check_or_replace", "dataset_entry", "read_provenance", "run_entry"]
+__all__ = ["PROVENANCE", "check_or_replace", "dataset_entry", "provenance_check", "read_provenance", "run_entry",
+           "write_provenance"]
 
 SAMPLING = ("temperature", "top_p", "top_k", "max_new_tokens")
 PROMPT = ("system_prompt", "user_template", "use_chat_template")
@@ -52,13 +57,26 @@ def dataset_entry(name: str, args, problems: list[dict]) -> dict:
     path = _file_of(name)
     source = str(path.resolve()) if path is not None else name
     return {"source": source, "split": args.split, "limit": args.limit, "local_data": args.local_data,
-            "num_samples": args.num_samples, "num_problems": len(problems), "tagged": True,
+            "num_samples": args.num_samples, "num_problems": len(problems),
             "problems_sha256": problems_sha256(problems), "problems_index": problems_index(problems)}
 
 
+def provenance_check(provenance: dict) -> str:
+    """SHA-256 of a provenance record's contents (all but `check`), in one canonical JSON spelling."""
+    body = {k: v for k, v in provenance.items() if k != "check"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+                          ).hexdigest()
+
+
+def write_provenance(out: Path, provenance: dict) -> None:
+    """Write `out/provenance.json` whole, stamped with its check."""
+    records.write_json_atomic(out / PROVENANCE, dict(provenance, check=provenance_check(provenance)))
+
+
 def read_provenance(out: Path) -> dict | None:
-    """The run's provenance, None if it has none; a file that is not one (it is written atomically, so edited by
-    hand) is a UsageError, since the run's samples can no longer be told apart from another run's."""
+    """The run's provenance, None if it has none; a file that is not one, or whose check does not match its
+    contents (it is written atomically, so edited by hand), is a UsageError, since the run's samples can no longer
+    be told apart from another run's."""
     path = out / PROVENANCE
     if not path.is_file():
         return None
@@ -68,9 +86,14 @@ def read_provenance(out: Path) -> dict | None:
         problem = f"not valid JSON ({err})"
     else:
         parts = ("model", "prompt", "sampling", "datasets")
-        if isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in parts):
+        if not (isinstance(data, dict) and all(isinstance(data.get(k), dict) for k in parts)):
+            problem = f"not a provenance record (a JSON object with {', '.join(parts)})"
+        elif "check" not in data:
+            problem = "it carries no check (written by an earlier version, or the check was deleted)"
+        elif data["check"] != provenance_check(data):
+            problem = "its contents do not match its check (edited by hand)"
+        else:
             return data
-        problem = f"not a provenance record (a JSON object with {', '.join(parts)})"
     raise UsageError(f"{path}: {problem}; restore it, or pass --overwrite to move the run aside and start afresh")
 
 

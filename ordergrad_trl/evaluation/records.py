@@ -2,9 +2,9 @@
 
     <output_dir>/
         provenance.json               what defines the numbers: model, datasets, prompt, sampling (checked on resume)
-        <dataset>/problems.jsonl      one row per problem: id, answer (gold), prompt (messages), metadata
-        <dataset>/generations*.jsonl  one row per sample: id, sample, completion, num_tokens, finish_reason, tag
-                                      (one file per data-parallel rank: generations.rank<r>.jsonl)
+        <dataset>/problems.jsonl      one row per problem: id, answer (gold), prompt (messages), metadata, check
+        <dataset>/generations*.jsonl  one row per sample: id, sample, completion, num_tokens, finish_reason, tag,
+                                      check (one file per data-parallel rank: generations.rank<r>.jsonl)
         <dataset>/scores.jsonl        one row per sample: id, sample, correct, status, format, pred, crc, check
         report.json / report.md / passk.png
 
@@ -16,18 +16,34 @@ else is a corrupt file, reported with its path and line number. Every reader che
 schema of its file (`SCHEMAS`: types and ranges of `id`, `sample`, `completion`, `correct`, ...), so a row of the
 wrong shape is refused with its file:line rather than crashing a stage or moving a number. Rows are keyed by
 (id, sample), problems by id; in every reader the first row of a key wins.
+
+Checks that cannot be left out: every row the writers here write carries `check`, a checksum of all its other
+fields (`row_check`), and every reader refuses a row without one or whose fields no longer match it, so a field
+edited by hand (a `correct` flipped, a `completion`, `num_tokens` or a problem's `level` changed) stops the stage
+at that file:line instead of moving a number; a check deleted along with the edit is refused too.
+
+Writes stay inside the run: before a file is appended to or replaced (`_own`), one that is a symbolic link, or in
+a folder that is one, is refused, and one with other hard links (a run copied with `cp -al` or `rsync
+--link-dest`) is first copied to a file of its own, said in one log line, so the other copy never changes.
+Replacements go through a uniquely named temporary in the same folder (`write_bytes_atomic`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
+import stat
+import tempfile
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import MissingPathError, UsageError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GEN_GLOB",
@@ -50,6 +66,7 @@ __all__ = [
     "require_run",
     "row_check",
     "run_dir",
+    "write_bytes_atomic",
     "write_json_atomic",
     "write_jsonl_atomic",
 ]
@@ -83,21 +100,21 @@ def _is_num(v) -> bool:
 # The schema of each file: {field: (check, what a valid value is)}; a field is required unless `None` passes.
 _ID = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 _SAMPLE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+_U32 = (lambda v: _is_int(v) and 0 <= v < 1 << 32, "an integer checksum in [0, 2^32)")
 STATUSES = ("ok", "timeout", "unscorable")
 SCHEMAS: dict[str, dict] = {
     "problems": {"id": _ID, "answer": (lambda v: isinstance(v, str), "a string (the gold answer)"),
-                 "question": (lambda v: v is None or isinstance(v, str), "a string or null")},
+                 "question": (lambda v: v is None or isinstance(v, str), "a string or null"), "check": _U32},
     "generations": {"id": _ID, "sample": _SAMPLE, "completion": (lambda v: isinstance(v, str), "a string"),
                     "num_tokens": (lambda v: v is None or (_is_int(v) and v >= 0), "an integer >= 0 or null"),
                     "finish_reason": (lambda v: v is None or isinstance(v, str), "a string or null"),
-                    "tag": (lambda v: v is None or (_is_int(v) and 0 <= v < 1 << 32), "an integer in [0, 2^32)")},
+                    "tag": _U32, "check": _U32},
     "scores": {"id": _ID, "sample": _SAMPLE,
                "correct": (lambda v: v is None or (_is_num(v) and v in (0, 1)), "1, 0 or null"),
                "status": (lambda v: v in STATUSES, " or ".join(map(repr, STATUSES))),
                "format": (lambda v: v is None or _is_num(v), "a finite number or null"),
                "pred": (lambda v: v is None or isinstance(v, str), "a string or null"),
-               "crc": (lambda v: _is_int(v) and 0 <= v < 1 << 32, "an integer checksum in [0, 2^32)"),
-               "check": (lambda v: v is None or (_is_int(v) and 0 <= v < 1 << 32), "an integer in [0, 2^32)")},
+               "crc": _U32, "check": _U32},
 }
 
 
@@ -115,13 +132,18 @@ def row_key(kind: str, row: dict):
     return row["id"] if kind == "problems" else (row["id"], row["sample"])
 
 
+_FIX = "the file is corrupt or was edited (restore the line, delete it to redo that row, or use a new --output_dir)"
+
+
 def _check_row(path: Path, line: int, kind: str, row: dict) -> None:
     for name, (ok, what) in SCHEMAS[kind].items():
         value = row.get(name)
         if not ok(value):
             got = "missing" if name not in row else f"got {json.dumps(value, ensure_ascii=False)[:60]}"
-            raise UsageError(f"{path}:{line}: {name!r} must be {what}, {got}; the file is corrupt or was edited "
-                             "(restore the line, delete it to redo that row, or use a new --output_dir)")
+            raise UsageError(f"{path}:{line}: {name!r} must be {what}, {got}; {_FIX}")
+    if row["check"] != row_check(row):
+        raise UsageError(f"{path}:{line}: the row was edited after it was written (its fields do not match its "
+                         f"check {row['check']}); {_FIX}")
 
 
 def read_numbered(path: str | os.PathLike, kind: str | None = None) -> list[tuple[int, dict]]:
@@ -166,6 +188,7 @@ def repair_tail(path: str | os.PathLike) -> None:
     path = Path(path)
     if not path.is_file():
         return
+    _own(path)
     with open(path, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
         if size == 0:
@@ -195,8 +218,42 @@ def repair_tail(path: str | os.PathLike) -> None:
         os.fsync(f.fileno())
 
 
+def _json_bytes(obj, **kwargs) -> bytes:
+    """`obj` as UTF-8 JSON; a lone surrogate (which JSON can spell, UTF-8 cannot) is written as its \\u escape."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, **kwargs).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, **kwargs).encode("ascii")
+
+
 def _line(row: dict) -> bytes:
-    return (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+    """A row as one JSONL line, stamped with the check of its fields (`row_check`)."""
+    return _json_bytes(dict(row, check=row_check(row))) + b"\n"
+
+
+def _no_links(path: Path) -> None:
+    """UsageError when `path`, or the folder holding it, is a symbolic link: a write would land outside the run."""
+    for p in (path.parent, path):
+        if p.is_symlink():
+            raise UsageError(f"{p}: a symbolic link (to {os.path.realpath(p)}); writing through it would change files "
+                             "outside this run: replace it with a copy (cp -rL) or use a new --output_dir")
+
+
+def _own(path: Path) -> None:
+    """Make `path` safe to change in place: no symbolic link on the way (`_no_links`), and a file with other hard
+    links gets a copy of its own first, so that no write lands in a file another run shares."""
+    _no_links(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: not a regular file; move it away or use a new --output_dir")
+    if st.st_nlink > 1:
+        with open(path, "rb") as f:
+            write_bytes_atomic(path, f.read())  # a new inode: the other links keep the old data
+        logger.warning("%s had %d other hard link(s) (a run copied with cp -al or rsync --link-dest?): copied it "
+                       "to a file of its own before writing, so the other copy stays as it was", path, st.st_nlink - 1)
 
 
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
@@ -204,7 +261,8 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     lines = [_line(r) for r in rows]
     if not lines:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    _own(Path(path))
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         for line in lines:
             view = memoryview(line)
@@ -215,18 +273,31 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
         os.close(fd)
 
 
-def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace `path` whole: a reader, or a second writer at once, sees the old file or the new one, never half.
+    The temporary has a unique name (two writers never share one) and never follows a link."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(_line(r) for r in rows))
-    os.replace(tmp, path)
+    _no_links(path)  # a hard-linked `path` needs nothing: the rename gives it a new inode
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    write_bytes_atomic(path, b"".join(_line(r) for r in rows))
 
 
 def write_json_atomic(path: str | os.PathLike, obj) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_bytes_atomic(path, _json_bytes(obj, indent=2) + b"\n")
 
 
 def read_samples(dataset_dir: str | os.PathLike) -> dict[tuple[str, int], dict]:
@@ -239,19 +310,26 @@ def read_samples(dataset_dir: str | os.PathLike) -> dict[tuple[str, int], dict]:
 
 
 def dataset_dirs(output_dir: str | os.PathLike) -> list[Path]:
-    """Dataset subdirectories of a run (those with a problems.jsonl), in name order."""
-    return sorted(p.parent for p in Path(output_dir).glob("*/problems.jsonl"))
+    """Every folder of a run that holds a dataset's files (problems, generations or scores), in name order: the one
+    list that every stage verifies (`verify.check_run`) and reads. Hidden folders count (a backup `.old/` copy is
+    checked like any other, not listed unchecked); `merged_model/` is the run's, not a dataset."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return []
+    return sorted(d for d in out.iterdir() if d.name != MERGED_DIR and d.is_dir() and (
+        (d / "problems.jsonl").exists() or (d / "scores.jsonl").exists() or any(d.glob(GEN_GLOB))))
 
 
 def completion_crc(text: str) -> int:
     """Checksum tying a score row to the completion it scored (a regenerated sample gets rescored)."""
-    return zlib.crc32(text.encode("utf-8"))
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
 def row_check(row: dict) -> int:
-    """Checksum of a score row's fields (all but `check`): an edit by hand (`correct` flipped) is told."""
+    """Checksum of all of a row's fields but `check` itself: an edit by hand (`correct` flipped, a `completion`
+    changed) is told by every reader."""
     fields = {k: v for k, v in row.items() if k != "check"}
-    return zlib.crc32(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+    return zlib.crc32(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def run_dir(output_dir: str | os.PathLike) -> Path:

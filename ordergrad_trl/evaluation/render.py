@@ -5,10 +5,12 @@ entry (report.json `objectives`) has a row of its own."""
 
 from __future__ import annotations
 
+import io
 import math
 import warnings
 from pathlib import Path
 
+from . import records
 from .metrics import METRICS
 
 
@@ -130,6 +132,8 @@ def plot(report: dict, path: Path) -> bool:
     ax.set_title(f"{styles}: {Path(str(title)).name}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
+    records.write_bytes_atomic(path, buf.getvalue())  # never into a file another run shares (a hard link)
     return True

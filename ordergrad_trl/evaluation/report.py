@@ -232,7 +232,7 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
         result["plot"] = str(out / records.PLOT)
     records.write_json_atomic(out / records.REPORT_JSON, result)
     binary_reward = reward_weights == {"correct": 1.0}
-    (out / records.REPORT_MD).write_text(render_markdown(result, binary_reward), encoding="utf-8")
+    records.write_bytes_atomic(out / records.REPORT_MD, render_markdown(result, binary_reward).encode("utf-8"))
     return result
 
 

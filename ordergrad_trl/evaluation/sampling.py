@@ -31,8 +31,8 @@ class Work:
     ids: list[str]
     prompts: list[list[int] | None]
     units: list[tuple[int, int]]
+    tags: list[int]  # per problem: ties each row to this run and problem (`verify.generation_tag`)
     solutions: list[str] | None = None
-    tags: list[int] | None = None  # per problem: ties each row to this run and problem (`verify.generation_tag`)
 
 
 def sample_seed(seed: int, key: str, pid: str, sample: int) -> int:
@@ -52,7 +52,7 @@ def _run_units(backend, key: str, work: Work, out_file: Path, seed: int, bar_opt
         rows = []
         for (i, s), (text, count, finish) in zip(units[start : start + len(results)], results):
             rows.append({"id": work.ids[i], "sample": s, "completion": text, "num_tokens": count,
-                         "finish_reason": finish, **({"tag": work.tags[i]} if work.tags else {})})
+                         "finish_reason": finish, "tag": work.tags[i]})
             tokens += count
             left[i] -= 1
             problems_done += left[i] == 0
@@ -72,7 +72,7 @@ def reference_units(key_dir: Path, work: Work) -> dict:
     out = key_dir / "generations.jsonl"
     records.repair_tail(out)
     rows = [{"id": work.ids[i], "sample": s, "completion": work.solutions[i], "num_tokens": None,
-             "finish_reason": "reference", **({"tag": work.tags[i]} if work.tags else {})} for i, s in work.units]
+             "finish_reason": "reference", "tag": work.tags[i]} for i, s in work.units]
     records.append_jsonl(out, rows)
     return {"samples": len(rows), "tokens": 0, "seconds": 0.0}
 

@@ -43,8 +43,7 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
     todo = []
     for key, row in samples.items():
         old = scored.get(key)
-        edited = old is not None and "check" in old and old["check"] != records.row_check(old)
-        if old is None or edited or old.get("crc") != records.completion_crc(row["completion"]):
+        if old is None or old["crc"] != records.completion_crc(row["completion"]):
             if key[0] not in golds:
                 raise UsageError(f"{dataset_dir}: sample of unknown problem id {key[0]!r} (not in problems.jsonl)")
             todo.append(row)
@@ -67,7 +66,7 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
         rows = [{"id": r["id"], "sample": r["sample"], "correct": c, "status": st, "format": f,
                  "pred": extract_answer(t), "crc": records.completion_crc(t)}
                 for r, c, st, f, t in zip(chunk, correct, status, fmt, texts)]
-        records.append_jsonl(out, [dict(row, check=records.row_check(row)) for row in rows])
+        records.append_jsonl(out, rows)  # each row stamped with its check
         bar.update(len(chunk))
         logger.info("%s: scored %d/%d", dataset_dir.name, start + len(chunk), len(todo))
     bar.close()

@@ -6,16 +6,22 @@ deleted (a rerun would take its problems for another file's). `check_run(out, st
 every dataset (rows schema-checked by `records`) and raises `RunMismatchError`, one line naming the file, the row
 (file:line) and the change, at the first of:
 
-- a dataset folder without an entry in `provenance.json`, or a run without `provenance.json`;
+- a dataset folder (`records.dataset_dirs`, the one list every stage reads, hidden folders included) without an
+  entry in `provenance.json`, or a run without `provenance.json`; a dataset folder or row file that is a symbolic
+  link (its rows would be another run's, and a write through it would land there);
 - `problems.jsonl` not what the provenance recorded: a problem added, removed or reordered, its question or gold
   changed (per-row checksums), or the whole not hashing to `problems_sha256`. `generate` writes the provenance
   before the problems, so for it (`stage="generate"`) a file that is a prefix of the record is a run killed in
   between, not a mismatch;
 - a generation of a problem id not in `problems.jsonl`, a sample index outside `[0, n)` (n: the largest
   `--num_samples` the provenance recorded for the dataset), or a row whose tag (`generation_tag`) says another
-  model, prompt, sampling settings or problem made it (a generations file copied in from another run);
+  model, prompt, sampling settings or problem made it (a generations file copied in from another run); every row
+  must carry its tag (no key of the provenance turns this off);
 - a score of an unknown id or sample index, or (in `report`) of a sample that was not generated or whose
   completion is not the one it scored (the row's checksum). `score` rescores those instead (`_check_scores(..., stale_ok=True)`).
+
+Each row's own check (fields edited by hand) and the provenance's are verified by their readers
+(`records.read_numbered`, `provenance.read_provenance`), which every path here goes through.
 """
 
 from __future__ import annotations
@@ -39,14 +45,12 @@ class RunMismatchError(UsageError):
     """A run directory's files do not match its provenance.json."""
 
 
-def _dataset_folders(out: Path) -> list[Path]:
-    """Sub-folders that hold a dataset's files (problems, generations or scores)."""
-    found = []
-    for d in sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if d.name != records.MERGED_DIR and ((d / "problems.jsonl").exists() or (d / "scores.jsonl").exists()
-                                             or any(d.glob(records.GEN_GLOB))):
-            found.append(d)
-    return found
+def _no_links(folder: Path) -> None:
+    for p in (folder, *sorted(folder.iterdir())):
+        if p.is_symlink() and (p == folder or records.kind_of(p)):
+            raise RunMismatchError(f"{p}: a symbolic link (to {os.path.realpath(p)}); a run's files must be its own, "
+                                   "or its rows would be another run's and writes would land there; replace it with "
+                                   "a copy (cp -rL) or use a new --output_dir")
 
 
 def _check_problems(path: Path, entry: dict, strict: bool) -> dict[str, dict]:
@@ -86,37 +90,36 @@ def generation_tag(provenance: dict, problem: dict) -> int:
     made_by = [(fp.get(r) or {}).get("sha256") or model.get(r) for r in ("base", "adapter")]
     what = [made_by, provenance["prompt"], provenance["sampling"], problem["id"], problem.get("question"),
             problem["answer"]]
-    return zlib.crc32(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+    return zlib.crc32(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
-def _check_generations(folder: Path, problems: dict, n: int | None, provenance: dict, tagged: bool) -> dict:
+def _check_generations(folder: Path, problems: dict, n: int, provenance: dict) -> dict:
     samples: dict[tuple[str, int], tuple[str, int, dict]] = {}
     tags: dict[str, int] = {}
     for file in sorted(folder.glob(records.GEN_GLOB)):
         for line, row in records.read_numbered(file, "generations"):
             _check_key(file, line, row, problems, n, "generation")
-            if tagged:
-                want = tags.get(row["id"])
-                if want is None:
-                    want = tags[row["id"]] = generation_tag(provenance, problems[row["id"]])
-                if row.get("tag") != want:
-                    raise RunMismatchError(f"{file}:{line}: sample {row['sample']} of problem {row['id']!r} was not "
-                                           f"made by this run (tag {row.get('tag')}, this run's {want}: another "
-                                           f"model, settings or data; copied from another run?); {_HINT}")
+            want = tags.get(row["id"])
+            if want is None:
+                want = tags[row["id"]] = generation_tag(provenance, problems[row["id"]])
+            if row["tag"] != want:
+                raise RunMismatchError(f"{file}:{line}: sample {row['sample']} of problem {row['id']!r} was not "
+                                       f"made by this run (tag {row['tag']}, this run's {want}: another "
+                                       f"model, settings or data; copied from another run?); {_HINT}")
             samples.setdefault((row["id"], row["sample"]), (file.name, line, row))
     return samples
 
 
-def _check_key(file: Path, line: int, row: dict, ids, n: int | None, what: str) -> None:
+def _check_key(file: Path, line: int, row: dict, ids, n: int, what: str) -> None:
     if row["id"] not in ids:
         raise RunMismatchError(f"{file}:{line}: a {what} of problem {row['id']!r}, which is not in problems.jsonl; "
                                f"{_HINT}")
-    if n is not None and row["sample"] >= n:
+    if row["sample"] >= n:
         raise RunMismatchError(f"{file}:{line}: sample {row['sample']} of problem {row['id']!r} is outside [0, {n}) "
                                f"(provenance.json: num_samples {n}); {_HINT}")
 
 
-def _check_scores(file: Path, ids, n: int | None, samples: dict, stale_ok: bool) -> None:
+def _check_scores(file: Path, ids, n: int, samples: dict, stale_ok: bool) -> None:
     for line, row in records.read_numbered(file, "scores"):
         _check_key(file, line, row, ids, n, "score")
         if stale_ok:
@@ -126,10 +129,6 @@ def _check_scores(file: Path, ids, n: int | None, samples: dict, stale_ok: bool)
             raise RunMismatchError(f"{file}:{line}: a score of problem {row['id']!r} sample {row['sample']}, which "
                                    "was never generated (copied from another run?); run the score stage, which "
                                    "drops it, or use a new --output_dir")
-        if "check" in row and row["check"] != records.row_check(row):
-            raise RunMismatchError(f"{file}:{line}: the score of problem {row['id']!r} sample {row['sample']} was "
-                                   f"edited after scoring (its fields do not match its check {row['check']}); run "
-                                   "the score stage after deleting the line, or restore it")
         crc = records.completion_crc(gen[2]["completion"])
         if row["crc"] != crc:
             raise RunMismatchError(f"{file}:{line}: the score of problem {row['id']!r} sample {row['sample']} was "
@@ -147,7 +146,7 @@ def check_run(out: str | os.PathLike, stage: str, provenance: dict | None = None
         raise UsageError(f"--output_dir {out}: cannot write the report there (permission denied); pass a writable "
                          "directory")
     provenance = provenance if provenance is not None else read_provenance(out)
-    folders = _dataset_folders(out) if out.is_dir() else []
+    folders = records.dataset_dirs(out)
     if provenance is None:
         if folders:
             raise RunMismatchError(f"{out / records.PROVENANCE}: missing, so the run's {folders[0].name} cannot be "
@@ -165,10 +164,13 @@ def check_run(out: str | os.PathLike, stage: str, provenance: dict | None = None
             raise RunMismatchError(f"{folder}: a dataset folder without an entry in {out / records.PROVENANCE} (the "
                                    "entry was deleted, or the folder copied in); its problems cannot be told from "
                                    "another file's of the same name; move the folder away or use a new --output_dir")
+        _no_links(folder)
         n = entry.get("num_samples")
-        n = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None  # runs before it was recorded
+        if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+            raise RunMismatchError(f"{out / records.PROVENANCE}: dataset {folder.name!r} records num_samples {n!r}, "
+                                   "not an integer >= 1; restore it, or pass --overwrite to move this run aside")
         problems = _check_problems(folder / "problems.jsonl", entry, strict=stage != "generate")
-        samples = _check_generations(folder, problems, n, provenance, entry.get("tagged") is True)
+        samples = _check_generations(folder, problems, n, provenance)
         if stage != "generate":
             _check_scores(folder / "scores.jsonl", problems, n, samples, stale_ok=stage == "score")
     return provenance
