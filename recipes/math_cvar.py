@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
@@ -168,6 +169,16 @@ class EvalRewards:
         return text
 
 
+class TrainBegin(TrainerCallback):
+    """Runs `fn` once training has set up (the model wrapped by its engine), before the first step."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.fn()
+
+
 def load_data(script_args: MathScriptArguments):
     """(train, eval or None) datasets with conversational `prompt` and gold `answer` columns; InputError naming the
     field for a set that cannot be read (a missing file, a broken line, an unknown name, an unreachable Hub)."""
@@ -263,9 +274,19 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
 
     # 6. Train, evaluating before and after: reward (pass@1 for the math reward) and the objective's estimate
     before, after = {}, {}
-    if eval_dataset is not None and script_args.eval_before_training:
+
+    def evaluate_before() -> None:
         with recorder.recording():
-            before = trainer.evaluate()
+            before.update(trainer.evaluate())
+
+    if eval_dataset is not None and script_args.eval_before_training:
+        if trainer.is_deepspeed_enabled:
+            # before train() builds DeepSpeed's engine, transformers' evaluate() needs a ZeRO-3 inference engine
+            # (ZeRO-1/2: an error) that train() then does not replace (ZeRO-3: no engine to step): the same
+            # evaluation, once training has built the engine, before the first step
+            trainer.add_callback(TrainBegin(evaluate_before))
+        else:
+            evaluate_before()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if eval_dataset is not None:
         with recorder.recording():

@@ -1,6 +1,8 @@
 """torchrun worker for tests/test_trainer.py::test_two_processes_each_rank_gets_its_slice.
 
 Usage: torchrun --standalone --nproc_per_node 2 tests/dist_worker.py MODEL_DIR OUT_DIR [binary]
+       accelerate launch --config_file accelerate_configs/zero3.yaml --num_processes 2 --mixed_precision no \
+           tests/dist_worker.py MODEL_DIR OUT_DIR sharded [RESUME_FROM]   (tests/test_sharded_cpu.py)
 
 Trains OrderGradTrainer for 2 steps on CPU (gloo) with 6 rollouts per process and groups of 4, so the second
 group of every generation batch is split between the processes. Each rank writes OUT_DIR/rank{r}.json with,
@@ -55,12 +57,43 @@ class Recorder(OrderGradTrainer):
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
-def main(model_dir: str, out_dir: str, mode: str = "") -> weakref.ref:
+def engine(trainer) -> dict:
+    """What the accelerator really built: the engine, ZeRO's stage, and how much of each parameter this rank holds."""
+    state = trainer.accelerator.state
+    out = {"distributed_type": str(state.distributed_type).split(".")[-1], "deepspeed": trainer.is_deepspeed_enabled,
+           "fsdp": trainer.is_fsdp_enabled}
+    if trainer.is_deepspeed_enabled:
+        out["zero_stage"] = trainer.accelerator.deepspeed_plugin.zero_stage
+        params = list(trainer.model_wrapped.module.parameters())
+        # ZeRO-3 keeps a 1/world shard in `ds_tensor` (padded) and an empty placeholder in `data`
+        out["held"] = sum(p.ds_tensor.numel() for p in params if hasattr(p, "ds_tensor"))
+        out["total"] = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+    if trainer.is_fsdp_enabled:
+        from torch.distributed.tensor import DTensor
+
+        params = list(trainer.model_wrapped.parameters())
+        out["dtensor"] = all(isinstance(p, DTensor) for p in params)
+        out["held"] = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+        out["total"] = sum(p.numel() for p in params)
+    return out
+
+
+def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None) -> weakref.ref:
     trainer = None
     # "binary" (tests/test_trainer_logging.py): 0/1 rewards, both steps in one logging window, then an evaluate()
     binary = mode == "binary"
+    # "sharded" (tests/test_sharded_cpu.py): under a DeepSpeed launch, which must not be told use_cpu (accelerate
+    # then skips DeepSpeed; it finds its CPU accelerator itself) but needs ddp_backend gloo (else accelerate, seeing
+    # no GPU backend, counts one process); a checkpoint every step, to resume from
+    sharded = mode.startswith("sharded")
     reward_weights = [1.0, 0.0] if binary else REWARD_WEIGHTS
     extra = dict(logging_steps=2, num_generations_eval=GROUP, per_device_eval_batch_size=6) if binary else {}
+    if sharded:
+        extra = dict(use_cpu=False, ddp_backend="gloo", save_strategy="steps", save_steps=1)
+        if mode == "sharded_default_backend":  # as a user would first try it: refused (engine_guard)
+            del extra["ddp_backend"]
+        if mode == "sharded_fsdp":  # MULTI_CPU, made FSDP by tests/fsdp_cpu_shim.py
+            extra = dict(extra, use_cpu=True)
 
     def record(index, values):
         for row, value in zip(trainer._pending["rewards"], values):
@@ -96,7 +129,7 @@ def main(model_dir: str, out_dir: str, mode: str = "") -> weakref.ref:
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
     assert trainer.accelerator.num_processes == 2, "run me with torchrun --nproc_per_node 2"
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     if binary:
         trainer.evaluate()  # 3 prompts x 4 rollouts in one batch of 6 per process: the second group straddles
 
@@ -106,6 +139,7 @@ def main(model_dir: str, out_dir: str, mode: str = "") -> weakref.ref:
         "calls": trainer.calls,
         "loss_rows": trainer.loss_rows,
         "log_history": trainer.state.log_history,
+        "engine": engine(trainer),
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / f"rank{result['rank']}.json").write_text(json.dumps(result))
@@ -116,8 +150,10 @@ def main(model_dir: str, out_dir: str, mode: str = "") -> weakref.ref:
 
 
 if __name__ == "__main__":
-    ddp = main(*sys.argv[1:4])
+    ddp = main(*sys.argv[1:5])
     # As the recipe does: free the DDP wrapper (it holds the gloo group) while the interpreter is alive; left to
-    # teardown, gloo's threads can abort a rank after a good run.
+    # teardown, gloo's threads can abort a rank after a good run. (DeepSpeed's engine stays referenced by
+    # DeepSpeed's own globals; its process group is destroyed by end_training above.)
     gc.collect()
-    assert ddp() is None, "the DDP wrapper outlived gc.collect(); it would be freed at interpreter teardown"
+    if not sys.argv[3:4] or not sys.argv[3].startswith("sharded"):
+        assert ddp() is None, "the DDP wrapper outlived gc.collect(); it would be freed at interpreter teardown"

@@ -223,6 +223,12 @@ def test_two_processes_each_rank_gets_its_slice(tiny_model_dir, tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    check_two_ranks(ranks)
+
+
+def check_two_ranks(ranks: list[dict]) -> None:
+    """The two ranks' records of tests/dist_worker.py (any engine): every rank's advantages equal the brute-force
+    oracle on the gathered rewards, a group straddles the ranks, and the rows reaching each loss carry them."""
     cfg = ranks[0]["config"]
     group_size, weights = cfg["num_generations"], cfg["weights"]
     n_steps = len(ranks[0]["calls"])

@@ -117,6 +117,28 @@ def test_eval_vllm_backend_runs_resumes_and_matches_hf_at_temperature_0(vllm_mod
     assert not differ_f32, {k: (f32[k], hf[k]) for k in differ_f32}
 
 
+def test_seeded_sampling_at_a_size_that_chunks_runs_and_resumes_row_for_row(vllm_model_dir, tmp_path):
+    """Issue 37: 64 distinct prompts x 8 seeded samples overflow one scheduler step (vLLM's CPU budget is 4,096
+    tokens), so with chunked prefill a request is cut mid-prompt and vLLM 0.31 rewinds its seeded generator, which
+    CPU generators cannot do ("CPU Generator does not use offset"): the backend turns chunking off on CPU. A run
+    with its last rows deleted regenerates them as they were (per-request seeds)."""
+    out = tmp_path / "chunk"
+    argv = [EVAL, "run", "--backend", "vllm", "--model", str(vllm_model_dir), "--datasets", "arithmetic", "--limit",
+            "64", "--num_samples", "8", "--temperature", "1.0", "--max_new_tokens", "8", "--ks", "1", "8",
+            "--bootstrap_samples", "20", "--reward_workers", "1", "--plot", "false", "--output_dir", str(out)]
+    run(argv, tmp_path)
+    gens = out / "arithmetic" / "generations.jsonl"
+    lines = gens.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 512 and sum(len(records.read_jsonl(gens)[i]["completion"]) > 0 for i in range(512)) > 256
+    gens.write_bytes(b"".join(lines[:200]))  # a run killed after 200 rows
+    (out / "arithmetic" / "scores.jsonl").unlink()
+    run(argv, tmp_path)
+    again = gens.read_bytes().splitlines(keepends=True)
+    key = lambda line: (json.loads(line)["id"], json.loads(line)["sample"])  # noqa: E731
+    assert again[:200] == lines[:200]
+    assert sorted(again, key=key) == sorted(lines, key=key), "a regenerated row differs from the original"
+
+
 def test_recipe_trains_through_vllm_colocate(vllm_model_dir, tmp_path):
     out = tmp_path / "out"
     # the recipe as users run it, with the shim that keeps vLLM's CPU weights where TRL's weight sync writes

@@ -64,6 +64,7 @@ class VLLMBackend:
 
     def __init__(self, source, tok, args):
         from vllm import LLM
+        from vllm.platforms import current_platform
 
         if source.adapter is not None:
             raise ValueError("VLLMBackend needs a plain checkpoint: merge the adapter first (materialize_merged)")
@@ -77,6 +78,9 @@ class VLLMBackend:
             gpu_memory_utilization=args.gpu_memory_utilization,
             max_model_len=args.max_model_len,
             enable_prefix_caching=True,  # the n samples of a problem share its prompt
+            # vLLM (0.31) rewinds a chunked-prefill request's seeded generator with `set_offset`, which CPU
+            # generators lack ("CPU Generator does not use offset"): on CPU every prompt is prefilled whole
+            **({"enable_chunked_prefill": False} if current_platform.is_cpu() else {}),
         )
         # vLLM stops at eos (tokenizer and generation config); the end-of-turn token must be named
         self.stop = stop_token_ids(self.tok)

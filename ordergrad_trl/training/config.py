@@ -21,6 +21,7 @@ from ..core.plan import (
 )  # fmt: skip
 from ..core.schedule import ObjectiveStage
 import ordergrad_trl.training.trl_private as trl_private  # TRL and vLLM probing, fenced there
+from .engine_guard import check_world_size
 from .numeric_fields import check_numeric_fields
 from .passk import default_log_ks
 
@@ -236,7 +237,12 @@ class OrderGradConfig(GRPOConfig):
         copied = self.generation_batch_size if self.steps_per_generation is not None else None
         if copied is not None:
             self.generation_batch_size = None
-        super().__post_init__()
+        try:
+            super().__post_init__()
+        except ValueError:  # e.g. TRL's batch divisibility, computed with a world size accelerate got wrong
+            check_world_size(self.world_size)
+            raise
+        check_world_size(self.world_size)
         if copied is not None and copied != self.generation_batch_size:
             raise ValueError(
                 f"generation_batch_size ({copied}) and steps_per_generation ({self.steps_per_generation}) disagree: "

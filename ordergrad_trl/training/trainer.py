@@ -24,6 +24,7 @@ from trl.extras.profiling import profiling_context
 from ..core.advantage import _float64_device, lstat_value
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
+from .engine_guard import check_engine
 from .finite_guard import (
     StopOnNonFiniteWeights, check_finite_loss, check_finite_weights, check_reward_magnitudes, warn_if_overflowing,
 )  # fmt: skip
@@ -137,6 +138,7 @@ class OrderGradTrainer(GRPOTrainer):
             args = copy.copy(args)
             args.importance_sampling_level = args.resolved_importance_sampling_level()
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        check_engine(self)  # FSDP / DeepSpeed asked for but not built (accelerate's CPU fallback): refused, not DDP
         check_instance(self)  # the private instance attributes the trainer reads (trl_private.SEAMS)
         self.ordergrad_plan: ObjectivePlan = args.ordergrad_plan  # what trains; built and checked with the config
         per_reward = self.ordergrad_plan.per_reward
