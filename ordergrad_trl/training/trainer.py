@@ -176,6 +176,18 @@ class OrderGradTrainer(GRPOTrainer):
         check_finite_loss(self, loss)  # every process agrees, before the optimizer steps on it
         return loss
 
+    def end(self) -> None:
+        """Call once at the end of a script: shut a colocated vLLM engine down, then finish the trackers and destroy
+        the process group (transformers' `Trainer.end()`, spelled here for releases without it). Left to interpreter
+        exit, vLLM's engine tears its process groups down after the trainer's group is gone, and every rank prints
+        `ValueError: Invalid process group specified` after a good run."""
+        # TRL 1.16 keeps the colocated LLM in `vllm_generation.llm`, earlier releases in `llm`; none: nothing to do
+        llm = getattr(getattr(self, "vllm_generation", None), "llm", None) or getattr(self, "llm", None)
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()  # vLLM's own teardown, now, while the groups it destroys still exist
+        self.accelerator.end_training()
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """`Trainer.save_model` (refused when a weight is not finite: a diverged model is never saved as if fine),
         then the run's record (`ordergrad_resolved_config.json`: every setting and the objective plan) beside the
