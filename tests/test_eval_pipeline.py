@@ -287,11 +287,15 @@ def test_vllm_backend_plumbing_with_a_stub(tiny_model_dir, tmp_path, monkeypatch
     stub = types.ModuleType("vllm")
     stub.LLM, stub.SamplingParams = LLM, SamplingParams
     stub.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+    platforms = types.ModuleType("vllm.platforms")  # a CPU platform: chunked prefill off (seeded requests)
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True)
     monkeypatch.setitem(sys.modules, "vllm", stub)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     out = tmp_path / "v"
     generate(tiny_args(tiny_model_dir, backend="vllm", limit=2, num_samples=2, top_k=5, temperature=0.7,
                        vllm_chunk=3), PathArgs(str(out)))
     assert calls["init"]["model"] == str(tiny_model_dir) and calls["init"]["seed"] == 0
+    assert calls["init"]["enable_chunked_prefill"] is False
     reqs = calls["requests"]
     assert len(reqs) == 4 and all(p.temperature == 0.7 and p.top_k == 5 and p.max_tokens == 6 for _, p in reqs)
     tok_ids = load_model_and_tokenizer(resolve_model(str(tiny_model_dir)))[1].convert_tokens_to_ids
