@@ -150,10 +150,11 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
 
 
 if __name__ == "__main__":
+    mode = sys.argv[3] if len(sys.argv) > 3 else ""
     ddp = main(*sys.argv[1:5])
     # As the recipe does: free the DDP wrapper (it holds the gloo group) while the interpreter is alive; left to
     # teardown, gloo's threads can abort a rank after a good run. (DeepSpeed's engine stays referenced by
     # DeepSpeed's own globals; its process group is destroyed by end_training above.)
     gc.collect()
-    if not sys.argv[3:4] or not sys.argv[3].startswith("sharded"):
+    if not mode.startswith("sharded"):
         assert ddp() is None, "the DDP wrapper outlived gc.collect(); it would be freed at interpreter teardown"

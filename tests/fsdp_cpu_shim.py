@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from startup_hook import write_startup_hook
+
 
 def keep_fsdp_on_cpu() -> None:
     from accelerate import state
@@ -36,10 +38,5 @@ def keep_fsdp_on_cpu() -> None:
 
 
 def sitecustomize(directory: Path) -> Path:
-    """Write `directory/sitecustomize.py` applying `keep_fsdp_on_cpu`; returns `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
-        "import fsdp_cpu_shim\nfsdp_cpu_shim.keep_fsdp_on_cpu()\n"
-    )
-    return directory
+    """Write `directory/sitecustomize.py` applying `keep_fsdp_on_cpu` (`startup_hook`); returns `directory`."""
+    return write_startup_hook(directory, "fsdp_cpu_shim", "keep_fsdp_on_cpu")

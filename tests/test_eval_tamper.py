@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from eval_runs import cli_error
+from test_eval_integrity import stage
+from test_eval_lock import ENV, HOLDER
 
 from ordergrad_trl.evaluation import records, verify
 from ordergrad_trl.evaluation.cli import command as main
@@ -28,7 +30,6 @@ from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock
 from ordergrad_trl.evaluation.provenance import read_provenance, write_provenance
 
 FLAGS = ["--reward_workers", "1", "--bootstrap_samples", "20", "--plot", "false", "--disable_tqdm"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", ORDERGRAD_REWARD_WORKERS="1")
 ROW_FILES = ("problems.jsonl", "generations.jsonl", "scores.jsonl")
 
 
@@ -54,11 +55,6 @@ def run(finished, tmp_path) -> Path:
 def pass_at_1(out: Path) -> float:
     rep = main(["report", "--output_dir", str(out), "--bootstrap_samples", "20", "--plot", "false", "--disable_tqdm"])
     return rep["datasets"]["arithmetic"]["metrics"]["pass@1"]["value"]
-
-
-def stage(name: str, out: Path) -> list[str]:
-    extra = {"score": ["--reward_workers", "1"], "report": ["--bootstrap_samples", "20", "--plot", "false"]}[name]
-    return [name, "--output_dir", str(out), "--disable_tqdm", *extra]
 
 
 def changed(value):
@@ -283,16 +279,6 @@ def test_the_writers_refuse_links_themselves(tmp_path):
 
 
 # ------------------------------------------------------------------------- 5. the lock cannot be removed from under
-HOLDER = """
-import sys, time
-from pathlib import Path
-from ordergrad_trl.evaluation.lock import acquire, writer_lock
-with writer_lock(Path(sys.argv[1]), "generate"):
-    acquire(Path(sys.argv[1]))
-    print("locked", flush=True)
-    time.sleep(600)
-"""
-
 TRY_DIR_LOCK = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from startup_hook import write_startup_hook
+
 import torch
 
 
@@ -29,10 +31,5 @@ def keep_vllm_cpu_weights() -> None:
 
 
 def sitecustomize(directory: Path) -> Path:
-    """Write `directory/sitecustomize.py` applying `keep_vllm_cpu_weights`; returns `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
-        "import vllm_cpu_shim\nvllm_cpu_shim.keep_vllm_cpu_weights()\n"
-    )
-    return directory
+    """Write `directory/sitecustomize.py` applying `keep_vllm_cpu_weights` (`startup_hook`); returns `directory`."""
+    return write_startup_hook(directory, "vllm_cpu_shim", "keep_vllm_cpu_weights")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .args import GenerateArgs
 from .errors import MissingPathError, UsageError
-from .records import RUN_FILES
+from .records import RUN_FILES, canonical
 
 __all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_index", "problems_sha256"]
 
@@ -119,11 +119,11 @@ def check_data_file(name: str, path: Path) -> None:
 def problems_sha256(problems: list[dict]) -> str:
     """Hash of the problems' ids, question texts and golds, in order: what a run's numbers are numbers of."""
     canon = [[p["id"], p.get("question"), p["answer"]] for p in problems]
-    return hashlib.sha256(json.dumps(canon, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(canonical(canon)).hexdigest()
 
 
 def _crc(value) -> int:
-    return zlib.crc32(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return zlib.crc32(canonical(value))
 
 
 def problems_index(problems: list[dict]) -> list[list]:

@@ -63,9 +63,7 @@ def dataset_entry(name: str, args, problems: list[dict]) -> dict:
 
 def provenance_check(provenance: dict) -> str:
     """SHA-256 of a provenance record's contents (all but `check`), in one canonical JSON spelling."""
-    body = {k: v for k, v in provenance.items() if k != "check"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
-                          ).hexdigest()
+    return hashlib.sha256(records.canonical({k: v for k, v in provenance.items() if k != "check"})).hexdigest()
 
 
 def write_provenance(out: Path, provenance: dict) -> None:

@@ -56,12 +56,14 @@ __all__ = [
     "RUN_FILES",
     "SCHEMAS",
     "append_jsonl",
+    "canonical",
     "completion_crc",
     "dataset_dirs",
     "kind_of",
     "read_jsonl",
     "read_numbered",
     "read_samples",
+    "refuse_link",
     "repair_tail",
     "require_run",
     "row_check",
@@ -231,12 +233,18 @@ def _line(row: dict) -> bytes:
     return _json_bytes(dict(row, check=row_check(row))) + b"\n"
 
 
+def refuse_link(p: Path, error: type[UsageError] = UsageError) -> None:
+    """`error` when `p` is a symbolic link: its rows would be another run's, and a write through it would land there."""
+    if p.is_symlink():
+        raise error(f"{p}: a symbolic link (to {os.path.realpath(p)}); a run's files must be its own, or writing "
+                    "through it would change files outside this run: replace it with a copy (cp -rL) or use a new "
+                    "--output_dir")
+
+
 def _no_links(path: Path) -> None:
-    """UsageError when `path`, or the folder holding it, is a symbolic link: a write would land outside the run."""
+    """UsageError when `path`, or the folder holding it, is a symbolic link (`refuse_link`)."""
     for p in (path.parent, path):
-        if p.is_symlink():
-            raise UsageError(f"{p}: a symbolic link (to {os.path.realpath(p)}); writing through it would change files "
-                             "outside this run: replace it with a copy (cp -rL) or use a new --output_dir")
+        refuse_link(p)
 
 
 def _own(path: Path) -> None:
@@ -325,11 +333,16 @@ def completion_crc(text: str) -> int:
     return zlib.crc32(text.encode("utf-8", "surrogatepass"))
 
 
+def canonical(obj) -> bytes:
+    """The one spelling of a JSON value that every checksum of a run hashes (keys sorted; a lone surrogate, which
+    JSON can carry, kept as is)."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
 def row_check(row: dict) -> int:
     """Checksum of all of a row's fields but `check` itself: an edit by hand (`correct` flipped, a `completion`
     changed) is told by every reader."""
-    fields = {k: v for k, v in row.items() if k != "check"}
-    return zlib.crc32(json.dumps(fields, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return zlib.crc32(canonical({k: v for k, v in row.items() if k != "check"}))
 
 
 def run_dir(output_dir: str | os.PathLike) -> Path:

@@ -46,11 +46,10 @@ class RunMismatchError(UsageError):
 
 
 def _no_links(folder: Path) -> None:
-    for p in (folder, *sorted(folder.iterdir())):
-        if p.is_symlink() and (p == folder or records.kind_of(p)):
-            raise RunMismatchError(f"{p}: a symbolic link (to {os.path.realpath(p)}); a run's files must be its own, "
-                                   "or its rows would be another run's and writes would land there; replace it with "
-                                   "a copy (cp -rL) or use a new --output_dir")
+    records.refuse_link(folder, RunMismatchError)
+    for p in sorted(folder.iterdir()):
+        if records.kind_of(p):
+            records.refuse_link(p, RunMismatchError)
 
 
 def _check_problems(path: Path, entry: dict, strict: bool) -> dict[str, dict]:
@@ -90,7 +89,7 @@ def generation_tag(provenance: dict, problem: dict) -> int:
     made_by = [(fp.get(r) or {}).get("sha256") or model.get(r) for r in ("base", "adapter")]
     what = [made_by, provenance["prompt"], provenance["sampling"], problem["id"], problem.get("question"),
             problem["answer"]]
-    return zlib.crc32(json.dumps(what, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return zlib.crc32(records.canonical(what))
 
 
 def _check_generations(folder: Path, problems: dict, n: int, provenance: dict) -> dict:

@@ -1,9 +1,9 @@
 """Refuse a run whose launcher asked for a sharding engine the trainer did not build.
 
 accelerate enables FSDP only for GPU-like distributed types (`accelerate/state.py`): on CPU (`--cpu`, `use_cpu`)
-a multi-process launch is MULTI_CPU, the FSDP plugin is dropped and the Trainer wraps the model in DDP; DeepSpeed
-is likewise skipped when `use_cpu` is set. Either way the run trains unsharded and exits 0, with every rank
-holding the whole model, which is not what `--config_file accelerate_configs/fsdp2.yaml` or `zero3.yaml` said.
+a multi-process launch is MULTI_CPU, the FSDP plugin is dropped and the Trainer wraps the model in DDP. The run
+then trains unsharded and exits 0, with every rank holding the whole model, which is not what
+`--config_file accelerate_configs/fsdp2.yaml` said; DeepSpeed asked for and another type built is refused alike.
 A third silent case: DeepSpeed on a machine without GPUs and without `--ddp_backend gloo` joins the processes
 in torch.distributed, but accelerate, finding no GPU backend, counts one process: every rank then trains on all
 the data as if alone. Checked once the accelerator exists, before anything trains.
@@ -47,7 +47,7 @@ def check_engine(trainer) -> None:
     """ValueError when FSDP or DeepSpeed was asked for but the trainer's accelerator is not that engine, or when the
     accelerator counts fewer processes than torch.distributed joined."""
     check_world_size(trainer.accelerator.num_processes)
-    # the distributed type, not the Trainer's is_*_enabled: under use_cpu the DeepSpeed plugin exists but is unused
+    # the distributed type, not the Trainer's is_*_enabled: a plugin can sit on the state of another type
     kind = str(getattr(trainer.accelerator, "distributed_type", "unknown")).split(".")[-1]
     for name in ("FSDP", "DeepSpeed"):
         source = _asked(trainer.args, name)
@@ -58,7 +58,7 @@ def check_engine(trainer) -> None:
                    "accelerate_configs/zero3.yaml or zero2.yaml (DeepSpeed runs there), or accelerate_configs/ddp.yaml "
                    "to train unsharded on purpose")
         else:
-            fix = ("drop `--cpu` / `use_cpu` (DeepSpeed picks its CPU accelerator itself), or launch with "
-                   "accelerate_configs/ddp.yaml to train unsharded on purpose")
+            fix = ("on CPU launch accelerate_configs/zero2.yaml or zero3.yaml with `--ddp_backend gloo` "
+                   "(docs/multi-gpu.md, DeepSpeed on CPU), or accelerate_configs/ddp.yaml to train unsharded on purpose")
         raise ValueError(f"{name} was asked for ({source}) but the trainer's accelerator is {kind}, not {name}: the "
                          f"model would train unsharded on every process and exit as if fine. {fix}.")
