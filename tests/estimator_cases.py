@@ -5,7 +5,8 @@ its unbiasedness claim in test_estimators_unbiased.py); a test fails until each 
 - `params`: one parameter setting that fits groups of N = 6 (the shared contract, the plan's one-context call);
 - `trainer`: (`OrderGradConfig` overrides, the parameters the trainer must call it with) for the 2-step training of
   test_trainer_zoo.py, on test_trainer's rewards and objective (`TRAINER_OBJECTIVE`, K = 4);
-- `verl`: `algorithm.ordergrad_*` settings that reach it, for verl's `compute_advantage` (test_verl.py).
+- `engine`: `ordergrad_*` settings that reach it through an RL engine's config, for verl's `compute_advantage`
+  (test_verl.py) and SkyRL's `compute_advantages_and_returns` (test_skyrl.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ TRAINER_OBJECTIVE = ",".join(map(str, TRAINER_WEIGHTS))
 class EstimatorCase:
     params: dict
     trainer: tuple[dict, dict]
-    verl: tuple[dict, ...]
+    engine: tuple[dict, ...]
 
 
 CASES = {

@@ -1,13 +1,17 @@
-"""Bad settings that TRL's `OrderGradConfig` and verl's `algorithm.ordergrad_*` keys must refuse with the same text.
+"""Bad settings that TRL's `OrderGradConfig` and the engines' `ordergrad_*` keys (verl, SkyRL) must refuse with the same
+text, and what the TRL trainer computes for rows grouped by uid (`trl_path`), the engines' oracle.
 
 Each case: the `build_plan` keywords it sets (the rest are defaults) and the group size N (`num_generations`,
 verl's `actor_rollout_ref.rollout.n`). The expected text is `build_plan`'s own (`expected_message`); tests/test_plan.py
-checks that `OrderGradConfig` raises it, tests/test_verl.py that verl's start-up check and estimator do."""
+checks that `OrderGradConfig` raises it, tests/test_verl.py and tests/test_skyrl.py that each engine's start-up check
+and estimator do."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from ordergrad_trl.core.estimators import scale_advantages
 from ordergrad_trl.core.plan import build_plan
 
 BAD_SETTINGS = [
@@ -26,11 +30,12 @@ BAD_SETTINGS = [
     ({"schedule": ["0 ReMax@8"]}, 8),
     ({"scale": "std"}, 8),
 ]
-# build_plan keyword -> OrderGradConfig field (verl's key is algorithm.<field>, scale_rewards: ordergrad_scale_rewards)
+# build_plan keyword -> OrderGradConfig field (an engine's key is <its algorithm config>.<field>, scale_rewards:
+# ordergrad_scale_rewards)
 TRL_FIELD = {"objective": "ordergrad_objective", "k": "ordergrad_k", "schedule": "ordergrad_schedule",
              "estimator": "ordergrad_estimator", "estimator_kwargs": "ordergrad_estimator_kwargs",
              "scale": "scale_rewards"}  # fmt: skip
-VERL_KEY = {**TRL_FIELD, "scale": "ordergrad_scale_rewards"}
+ENGINE_KEY = {**TRL_FIELD, "scale": "ordergrad_scale_rewards"}
 
 
 def expected_message(settings: dict, n: int) -> str:
@@ -43,3 +48,21 @@ def expected_message(settings: dict, n: int) -> str:
 
 def case_id(case) -> str:
     return ",".join(f"{k}={v}" for k, v in case[0].items()).replace(" ", "")
+
+
+def trl_path(rows, settings: dict, n: int, stage: int = 0) -> torch.Tensor:
+    """What OrderGradTrainer computes for each group (its `(G, N)` view, one group per uid): `plan.advantages` of
+    the active stage, then `scale_advantages` with scale_rewards (over the whole batch for "batch"), NaN -> 0."""
+    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
+                    estimator_kwargs=None, scale="none")  # fmt: skip
+    plan = build_plan(**{**defaults, **settings}, num_generations=n)
+    scores = torch.tensor([score for _, score in rows], dtype=torch.float64)
+    out = torch.zeros(len(rows), dtype=torch.float64)
+    for uid in dict.fromkeys(u for u, _ in rows):
+        members = [r for r, (u, _) in enumerate(rows) if u == uid]
+        grouped = scores[members][None]  # (1, n)
+        adv = plan.advantages(grouped, plan.stages[stage])
+        out[members] = scale_advantages(adv, grouped, plan.scale)[0] if plan.scale == "group" else adv[0]
+    if plan.scale == "batch":
+        out = scale_advantages(out, scores, "batch")
+    return torch.nan_to_num(out, nan=0.0)

@@ -33,12 +33,13 @@ from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 import ordergrad_trl.integrations.verl as adapter  # noqa: E402
+from ordergrad_trl.integrations import engine  # noqa: E402
 from estimator_cases import CASES  # noqa: E402
-from ordergrad_trl.core.estimators import ESTIMATORS, scale_advantages  # noqa: E402
+from ordergrad_trl.core.estimators import ESTIMATORS  # noqa: E402
 from ordergrad_trl.core.plan import build_plan  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_cases import BAD_SETTINGS, VERL_KEY, case_id, expected_message  # noqa: E402
+from plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -163,7 +164,7 @@ def test_compute_advantage_equals_subset_enumeration(objective, k, weights, capl
     sizes = [5, 8, 6, k, 8, 1, 2 * k + 1, k + 1]  # ragged; groups of k and 1 rows have N <= K
     data, rows = shuffled_ragged_batch(sizes, seed=len(sizes) * k)
     mask = data.batch["response_mask"].clone()
-    monkeypatch.setattr(adapter, "_warned_undefined", False)  # the warning is once per process
+    monkeypatch.setattr(engine, "_warned", set())  # the warning is once per process
     with caplog.at_level(logging.WARNING, logger=adapter.__name__):
         out = compute_advantage(data, adv_estimator="ordergrad", config=algorithm_config(objective, k))
 
@@ -225,7 +226,7 @@ def test_bad_settings_raise_the_same_text_as_the_trl_config(case):
 
     settings, n = case
     expected = expected_message(settings, n)
-    algorithm = {"adv_estimator": "ordergrad", **{VERL_KEY[key]: value for key, value in settings.items()}}
+    algorithm = {"adv_estimator": "ordergrad", **{ENGINE_KEY[key]: value for key, value in settings.items()}}
     full = OmegaConf.create({"algorithm": algorithm, "actor_rollout_ref": {"rollout": {"n": n}}})
     with pytest.raises(ValueError) as info:
         adapter.check_config(full)
@@ -239,25 +240,7 @@ def test_bad_settings_raise_the_same_text_as_the_trl_config(case):
 # ------------------------------------------------------------------------------------------ the whole zoo
 
 
-def trl_path(rows, settings: dict, n: int, stage: int = 0) -> torch.Tensor:
-    """What OrderGradTrainer computes for each group (its `(G, N)` view, one group per uid): `plan.advantages` of
-    the active stage, then `scale_advantages` with scale_rewards (over the whole batch for "batch"), NaN -> 0."""
-    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none")  # fmt: skip
-    plan = build_plan(**{**defaults, **settings}, num_generations=n)
-    scores = torch.tensor([score for _, score in rows], dtype=torch.float64)
-    out = torch.zeros(len(rows), dtype=torch.float64)
-    for uid in dict.fromkeys(u for u, _ in rows):
-        members = [r for r, (u, _) in enumerate(rows) if u == uid]
-        grouped = scores[members][None]  # (1, n)
-        adv = plan.advantages(grouped, plan.stages[stage])
-        out[members] = scale_advantages(adv, grouped, plan.scale)[0] if plan.scale == "group" else adv[0]
-    if plan.scale == "batch":
-        out = scale_advantages(out, scores, "batch")
-    return torch.nan_to_num(out, nan=0.0)
-
-
-ZOO_SETTINGS = [{"estimator": name, **settings} for name, case in CASES.items() for settings in case.verl]
+ZOO_SETTINGS = [{"estimator": name, **settings} for name, case in CASES.items() for settings in case.engine]
 ZOO_SETTINGS.append({"estimator": "MaxRL_LOO"})  # names are case-insensitive, as in the TRL config
 
 
@@ -274,7 +257,7 @@ def test_compute_advantage_equals_the_trl_path_for_every_estimator(settings):
     data, rows = shuffled_ragged_batch(sizes, seed=len(str(settings)), binary=ESTIMATORS[name].binary)
     mask = data.batch["response_mask"].clone()
     full = OmegaConf.create({"algorithm": {"adv_estimator": "ordergrad",
-                                           **{VERL_KEY[key]: value for key, value in settings.items()}},
+                                           **{ENGINE_KEY[key]: value for key, value in settings.items()}},
                              "actor_rollout_ref": {"rollout": {"n": 8}}})  # fmt: skip
     adapter.check_config(full)
     out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm)

@@ -52,6 +52,21 @@ def test_the_page_shows_the_override_syntax_and_the_recipe():
                              "+algorithm.ordergrad_k=4")  # fmt: skip
 
 
+def test_the_gpu_install_line_is_the_one_ci_resolves():
+    """docs/verl.md's GPU line, word for word, is what .ci/run resolves with `pip install --dry-run` (runs without
+    verl)."""
+    import shlex
+
+    gpu = [c for c in commands_in(DOC) if c.argv[:2] == ("pip", "install") and any("verl[" in a for a in c.argv)]
+    assert len(gpu) == 1, gpu
+    ci = [shlex.split(line) for line in (REPO / ".ci" / "run").read_text().splitlines()
+          if line.startswith("pip install --dry-run")]  # fmt: skip
+    assert len(ci) == 1, ci
+    dropped = {"--dry-run", "--ignore-installed", "-q"}
+    words = [w for i, w in enumerate(ci[0]) if w not in dropped and ci[0][i - 1] != "--report" and w != "--report"]
+    assert tuple(words) == gpu[0].argv
+
+
 def compose(overrides) -> object:
     """verl's own trainer config (`ppo_trainer`, as `verl.trainer.main_ppo` composes it) with these overrides."""
     import verl

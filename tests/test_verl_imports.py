@@ -34,7 +34,12 @@ def third_party(names: set[str]) -> set[str]:
     [
         # packaging, omegaconf: verl itself requires them
         ("verl.py", lambda n: n in ("torch", "verl", "packaging.version", "omegaconf")
-         or n.startswith(("verl.", "ordergrad_trl.core."))),
+         or n == "ordergrad_trl.integrations.engine" or n.startswith(("verl.", "ordergrad_trl.core."))),
+        ("engine.py", lambda n: n in ("torch", "packaging.version") or n.startswith("ordergrad_trl.core.")),
+        # ray: SkyRL's trainer requires it
+        ("skyrl.py", lambda n: n in ("torch", "ray", "skyrl", "ordergrad_trl.integrations.engine",
+                                     "ordergrad_trl.integrations.skyrl")  # itself, under `python -m`
+         or n.startswith(("skyrl.", "ordergrad_trl.core."))),
         ("verl_reward.py", lambda n: n == "ordergrad_trl.tasks.math_verify_pool"),
         ("__init__.py", lambda n: False),
     ],

@@ -7,8 +7,10 @@ in size. Each row's score is `token_level_rewards.sum(-1)` (an outcome reward). 
 are `OrderGradConfig`'s fields of the same names (`ordergrad_scale_rewards` is its `scale_rewards`) and go through
 `ordergrad_trl.core.plan.build_plan` with `actor_rollout_ref.rollout.n` as `num_generations`: the same defaults,
 rules, checks and error messages as the TRL config. Every group is then computed as the TRL trainer computes a
-batch of groups, by the plan's one call `plan.grouped_advantages` (the estimator, zeros where it is undefined for
-the group's size, with a warning once per process; then `scale_rewards`), broadcast over the response tokens. With a sequence-level loss that sums each response's tokens (`loss_agg_mode=seq-mean-token-sum-norm`), the
+batch of groups, by `ordergrad_trl.integrations.engine` (shared with the SkyRL adapter): the plan's one call
+`plan.grouped_advantages` (the estimator, zeros where it is undefined for the group's size, with a warning once per
+process; then `scale_rewards`), broadcast over the response tokens. With a sequence-level loss that sums each
+response's tokens (`loss_agg_mode=seq-mean-token-sum-norm`), the
 policy gradient is then the estimator's, up to a constant (docs/verl.md).
 
 Keys verl's own config lacks are added with a leading `+`, e.g.
@@ -31,9 +33,8 @@ The estimator builds (and so checks) the plan again on its first call, for launc
 from __future__ import annotations
 
 import functools
-import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 NAME = "ordergrad"
@@ -41,78 +42,32 @@ _FAILED = f"ordergrad_trl could not register algorithm.adv_estimator={NAME} with
 
 try:  # verl's plugin loader hides import errors (debug level): say it here, loudly, whatever fails
     import torch
-    from packaging.version import Version
 
-    from ordergrad_trl.core.plan import ObjectivePlan, build_plan
+    from ordergrad_trl.core.plan import ObjectivePlan
+    from ordergrad_trl.integrations.engine import (
+        KEYS, group_ids, is_tested, outcome_advantages, plan_of, settings_from,
+    )
 except Exception:
     logger.error(_FAILED, exc_info=True)
     raise
 
-__all__ = ["NAME", "KEYS", "compute_ordergrad_advantage", "check_config", "plan_from_config", "grouped_advantages"]
+__all__ = ["NAME", "KEYS", "compute_ordergrad_advantage", "check_config", "plan_from_config"]
 
-# algorithm.<key> -> build_plan's argument; the keys are OrderGradConfig's field names
-KEYS = {
-    "ordergrad_estimator": "estimator",
-    "ordergrad_objective": "objective",
-    "ordergrad_k": "k",
-    "ordergrad_schedule": "schedule",
-    "ordergrad_estimator_kwargs": "estimator_kwargs",
-    "ordergrad_scale_rewards": "scale",
-}
 TESTED_VERL = ("0.9.1", "0.10")  # [lowest tested, first untested) release; pyproject's `verl` group pins it
 _VERL_NOTE = ("(verl: these are the algorithm.ordergrad_* keys, e.g. +algorithm.ordergrad_k=4; num_generations is "
               "actor_rollout_ref.rollout.n, scale_rewards is algorithm.ordergrad_scale_rewards)")  # fmt: skip
-_warned_undefined = False
-
-
-def _plain(value):
-    """Hydra's ListConfig / DictConfig as a list / dict, a JSON object string as a dict (as TRL's command line
-    parses it); anything else unchanged, for `build_plan` to judge."""
-    if isinstance(value, Mapping):
-        return dict(value.items())
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return list(value)
-    return value
-
-
-def _settings(algorithm) -> dict:
-    """`build_plan`'s keyword arguments from verl's `algorithm` config (None: the defaults)."""
-    get = (lambda key: algorithm.get(key, None)) if algorithm is not None else (lambda key: None)
-    settings = {arg: _plain(get(key)) for key, arg in KEYS.items()}
-    objective = settings["objective"]
-    if isinstance(objective, list) and objective and all(isinstance(w, (int, float)) for w in objective):
-        settings["objective"] = ",".join(map(str, objective))  # [0,0,0.5,0.5] from Hydra: TRL's "0,0,0.5,0.5"
-    if isinstance(settings["estimator_kwargs"], str):
-        try:
-            settings["estimator_kwargs"] = json.loads(settings["estimator_kwargs"])
-        except json.JSONDecodeError:
-            pass  # build_plan says what it must be
-    return {**settings, "reward_objectives": None}  # verl scores each rollout once; unset keys: the plan's defaults
-
-
-@functools.lru_cache(maxsize=32)
-def _cached_plan(frozen: str, num_generations: int) -> ObjectivePlan:
-    return build_plan(**json.loads(frozen), num_generations=num_generations)
 
 
 def plan_from_config(algorithm, num_generations: int) -> ObjectivePlan:
-    """The `ObjectivePlan` of verl's `algorithm` config over groups of `num_generations` rollouts.
+    """The `ObjectivePlan` of verl's `algorithm` config (its `ordergrad_*` keys; None: the defaults) over groups of
+    `num_generations` rollouts.
 
     Raises:
         ValueError: exactly `build_plan`'s message (the one `OrderGradConfig` raises for the same setting), with a
             note mapping TRL's names to verl's keys.
     """
-    settings = _settings(algorithm)
-    try:
-        frozen = json.dumps(settings, sort_keys=True)
-    except TypeError:  # not JSON-like: build_plan names the field and what it must be
-        return build_plan(**settings, num_generations=num_generations)
-    try:
-        return _cached_plan(frozen, num_generations)
-    except ValueError as err:
-        if hasattr(err, "add_note"):  # Python 3.11+: shown with the traceback, not part of str(err)
-            err.add_note(_VERL_NOTE)
-        raise
+    get = (lambda key: algorithm.get(key, None)) if algorithm is not None else (lambda key: None)
+    return plan_of(settings_from(get), num_generations, _VERL_NOTE)
 
 
 def _rollout_n(config):
@@ -159,19 +114,6 @@ def check_config(config) -> None:
         plan_from_config(algorithm, n)
 
 
-def _group_ids(index, device: torch.device) -> torch.Tensor:
-    """`(bs,)` int64 group ids 0..G-1 in order of first appearance of each uid."""
-    uids = index.tolist() if hasattr(index, "tolist") else list(index)
-    ids: dict = {}
-    return torch.tensor([ids.setdefault(uid, len(ids)) for uid in uids], dtype=torch.long, device=device)
-
-
-def grouped_advantages(scores: torch.Tensor, group: torch.Tensor, plan: ObjectivePlan, stage: int = 0):
-    """`plan.grouped_advantages` of `plan.stages[stage]`: `(bs,)` scores and group ids -> `((bs,) advantages,
-    undefined group sizes)`, the advantages the TRL trainer computes for the same groups."""
-    return plan.grouped_advantages(scores, group, plan.stages[stage])
-
-
 def _stage_index(plan: ObjectivePlan) -> int:
     if not plan.scheduled:
         return 0
@@ -198,26 +140,17 @@ def compute_ordergrad_advantage(
     Returns:
         `(advantages, returns)`, both `(bs, L)` and equal, in the rewards' dtype (computed in float64).
     """
-    global _warned_undefined
     if index is None:
         raise ValueError(f"adv_estimator={NAME} needs the rows' uid (verl passes data.non_tensor_batch['uid'])")
-    scores = token_level_rewards.to(torch.float64).sum(-1)  # (bs,)
-    group = _group_ids(index, scores.device)  # (bs,)
+    group = group_ids(index, token_level_rewards.device)  # (bs,)
     n = _rollout_n(config)
     if not isinstance(n, int) or isinstance(n, bool):  # a detached config: the largest group stands in for it
         n = int(torch.bincount(group).max())
     plan = plan_from_config(config, n)
-    stage = _stage_index(plan)
-    adv, undefined = grouped_advantages(scores, group, plan, stage)  # (bs,)
-    if undefined and not _warned_undefined:
-        _warned_undefined = True
-        logger.warning(
-            "ordergrad: estimator %r is undefined for groups of %s rollouts (objective %s over K=%d) and gives them "
-            "advantage 0; e.g. ordergrad needs more than K rollouts per prompt. Raise actor_rollout_ref.rollout.n "
-            "or lower algorithm.ordergrad_k. (Warned once per process.)",
-            plan.estimator, sorted(undefined), plan.stages[stage].objective, plan.stages[stage].k,
-        )  # fmt: skip
-    advantages = adv.to(token_level_rewards.dtype)[:, None] * response_mask  # (bs, L)
+    fix = "Raise actor_rollout_ref.rollout.n or lower algorithm.ordergrad_k."
+    advantages = outcome_advantages(
+        token_level_rewards, response_mask, group, plan, plan.stages[_stage_index(plan)], engine="verl", fix=fix
+    )  # (bs, L)
     return advantages, advantages
 
 
@@ -237,13 +170,8 @@ def _extend_validate_config(verl_config) -> None:
 
 
 def is_tested_verl(version: str) -> bool:
-    """`TESTED_VERL[0] <= version < TESTED_VERL[1]`, where a pre-release of the upper bound (0.10.0rc1) is outside
-    and a version that does not parse is untested."""
-    try:
-        found = Version(version)
-    except ValueError:
-        return False
-    return Version(TESTED_VERL[0]) <= found < Version(f"{TESTED_VERL[1]}.dev0")
+    """Whether `version` is in `TESTED_VERL` (`engine.is_tested`)."""
+    return is_tested(version, TESTED_VERL)
 
 
 def _register() -> None:
