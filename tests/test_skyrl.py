@@ -193,6 +193,19 @@ def test_bad_settings_raise_the_trl_configs_text(skyrl, case):
     assert str(info.value).startswith(expected)
 
 
+def test_the_config_adds_exactly_the_engine_keys(skyrl):
+    """The fields our subclass adds to SkyRL's AlgorithmConfig are the keys every engine maps to `build_plan`."""
+    from dataclasses import fields
+
+    from skyrl.train.config import AlgorithmConfig
+
+    from ordergrad_trl.integrations.engine import KEYS
+
+    adapter, _ = skyrl
+    added = {f.name for f in fields(adapter.OrderGradAlgorithmConfig)} - {f.name for f in fields(AlgorithmConfig)}
+    assert added == set(KEYS)
+
+
 def test_main_stops_a_bad_setting_before_ray_starts(skyrl):
     import ray
 

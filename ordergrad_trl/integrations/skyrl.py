@@ -56,23 +56,22 @@ TESTED_SKYRL = ("0.4.0", "0.5")  # [lowest tested, first untested) release; pypr
 _NOTE = ("(SkyRL: these are the trainer.algorithm.ordergrad_* fields, e.g. trainer.algorithm.ordergrad_k=4; "
          "num_generations is generator.n_samples_per_prompt, scale_rewards is "
          "trainer.algorithm.ordergrad_scale_rewards)")  # fmt: skip
-_SEE = "see docs/config.md of ordergrad-trl"
 
 
 @dataclass
 class OrderGradAlgorithmConfig(AlgorithmConfig):
-    """SkyRL's `trainer.algorithm` with OrderGrad's settings; None takes the TRL config's default."""
+    """SkyRL's `trainer.algorithm` with OrderGrad's settings (docs/config.md); None takes the TRL config's default."""
 
     ordergrad_estimator: Optional[str] = None
-    """Estimator of ordergrad-trl's registry (default `ordergrad`); only with `advantage_estimator=ordergrad`."""
+    """An estimator of ordergrad-trl's registry (docs/estimators.md); only with `advantage_estimator=ordergrad`."""
     ordergrad_objective: Union[str, list, None] = None
-    """Preset (`TopM:2`, `ReMax`, `CVaR:0.25`, `MaxRL:4`, ...) or the K ascending rank weights; default `TopM:2`."""
+    """A preset (`TopM:2`, `ReMax`, `CVaR:0.25`, `MaxRL:4`, ...) or the K ascending rank weights."""
     ordergrad_k: Optional[int] = None
-    """K, the draws the objective is defined over; below `generator.n_samples_per_prompt`; default min(4, n - 1)."""
+    """K, the draws the objective is defined over; below `generator.n_samples_per_prompt`."""
     ordergrad_estimator_kwargs: Union[dict, str, None] = None
     """The estimator's own options, a dict or a JSON object string (e.g. `{"beta": 2.0}` for rs_grpo)."""
     ordergrad_scale_rewards: Union[str, bool, None] = None
-    """`none` (default: unbiased), `group`, `batch`, or a bool; applied after the estimator, as TRL's scale_rewards."""
+    """TRL's scale_rewards: `none` (unbiased), `group`, `batch` or a bool; applied after the estimator."""
     ordergrad_schedule: Optional[Any] = None
     """Not available in SkyRL (its estimator is not told the step): setting it is an error."""
 
