@@ -179,9 +179,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
-    import skyrl
-
-    found = str(getattr(skyrl, "__version__", None) or _version("skyrl"))
+    found = _version("skyrl")
     if not is_tested(found, TESTED_SKYRL):
         logger.warning("ordergrad_trl.integrations.skyrl was tested with skyrl >= %s, < %s; found skyrl %s",
                        *TESTED_SKYRL, found)  # fmt: skip
