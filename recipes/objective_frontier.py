@@ -222,14 +222,16 @@ GUIDE_MARKERS = ("<!-- frontier:start -->", "<!-- frontier:end -->")
 
 
 def guide_table(r: dict) -> str:
-    """The guide's table: each arm's main set minus RLOO at the same seeds, then the pairs of main sets of the other
-    arms (e.g. MaxRL minus Max@8)."""
+    """The guide's table: each arm's main set minus RLOO at the same seeds, then the pairs of the other arms: their
+    main sets (e.g. MaxRL minus Max@8 at seeds 10-24), and two sets that are no arm's main set, run at one commit
+    (the head-to-head's, which has no RLOO arm)."""
     from compare_objectives import ARMS  # each arm's recipe flags: how a user trains it
 
     main, arm = r["main_sets"], {key: s["arm"] for key, s in r["sets"].items()}
     vs_rloo = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and arm[e["minus"]] == "rloo"]
-    others = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and main[arm[e["minus"]]] == e["minus"]
-              and not {arm[e["set"]], arm[e["minus"]]} & {"rloo", "grpo"}]  # fmt: skip
+    is_main = {key: main[arm[key]] == key for key in arm}
+    others = [e for e in r["differences"] if not {arm[e["set"]], arm[e["minus"]]} & {"rloo", "grpo"} and (
+              is_main[e["set"]] == is_main[e["minus"]] and (is_main[e["set"]] or e["commits"] == "same"))]
     ks = [f"pass@{k}" for k in SHOWN] + ["pass^4"]
     lines = ["| arm (recipe flags) | minus | seeds | " + " | ".join(ks) + " |", "|---|---|---|" + "---|" * len(ks)]
     for e in vs_rloo + others:

@@ -176,5 +176,21 @@ def test_docs_quote_the_head_to_head_at_its_stage():
     assert all(f"at {c[:7]}" in block for c in report["commits"])
     if report["complete"]:
         assert h2h.readme_sentence(report) in block
+        assert h2h.readme_sentence(report) in " ".join((REPO / "README.md").read_text().split())
+        assert f"{len(report['failures']) or 'no'} failed attempt" in block
+        for name, arm, minus, k in h2h.ENDPOINTS:
+            t = report["tests"][name]
+            lo, hi = (h2h._pts(x) for x in t["ci_adjusted"])
+            det = t["detectable"]
+            assert f"**({name}) {h2h.LABEL[arm]} - {h2h.LABEL[minus]} on pass@{k}: {t['verdict']}.**" in block, name
+            assert f"t = {t['t']:.2f} ({t['df']} df), p = {t['p']:.2g}, Holm p = {t['p_holm']:.2g}" in block or \
+                f"t = {t['t']:.2f} ({t['df']} df), p = {t['p']:.3g}, Holm p = {t['p_holm']:.3g}" in block, name
+            assert f"{t['ci_adjusted_level']:.1%} t CI [{lo}, {hi}]" in block, name
+            assert f"{h2h.LABEL[arm]} was ahead at {t['above']} of {t['n']} seeds" in block, name
+            if t["verdict"] == "not confirmed":
+                assert f"({100 * det['sd']:.1f} points)" in block and f"effect of {100 * det['effect']:.1f} points " \
+                    f"({100 * det['effect_range'][0]:.1f} to {100 * det['effect_range'][1]:.1f})" in block, name
+        seeds = report["ceiling"]["seeds"]
+        assert f"at {len(seeds)} of {len(report['design']['seeds'])} seeds ({', '.join(map(str, seeds))})" in block
     else:
         assert "under way" in block and not re.search(r"\bp\s*[=<]|CI \[", block)

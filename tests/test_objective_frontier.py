@@ -119,6 +119,23 @@ def test_differences_are_paired_on_common_seeds_with_the_reference_subtracted(as
                               "maxrl": "maxrl@ccccccc"}  # fmt: skip
 
 
+def test_guide_rows_are_each_arm_against_rloo_then_main_pairs_and_a_head_to_head(assets):
+    """The guide's rows: main sets minus RLOO, pairs of main sets, and two sets at one commit that are no arm's main
+    set (a head-to-head without RLOO); not a main set against another arm's non-main set."""
+    path, counts = assets
+    for s in (30, 31, 32):
+        for arm, shift in (("max8", 2), ("maxrl", 1)):
+            c = (torch.tensor(counts[f"{arm}-s10"]) + shift - 1).clamp(0, N).tolist()
+            (path / "compare_objectives_headtohead").mkdir(exist_ok=True)
+            (path / "compare_objectives_headtohead" / f"{arm}-s{s}.json").write_text(
+                json.dumps(_unit(f"{arm}-s{s}", c, "d" * 40)))
+    r = objective_frontier.frontier(path)
+    rows = [line.split(" | ")[:3] for line in objective_frontier.guide_table(r).splitlines()[2:]]
+    got = [(a.split("`")[1], b.strip("`"), seeds) for a, b, seeds in rows]
+    assert got == [("grpo", "rloo", "4-5 (2)"), ("max8", "rloo", "10-13 (4)"), ("maxrl", "rloo", "10-13 (4)"),
+                   ("maxrl", "max8", "10-13 (4)"), ("maxrl", "max8", "30-32 (3)")]  # fmt: skip
+
+
 def test_table_quotes_the_json(assets):
     path, _ = assets
     r = objective_frontier.frontier(path)
@@ -188,14 +205,32 @@ def test_the_guide_and_every_quoted_cost_are_the_committed_report():
     segments = {
         "guide outside its table": guide[:start] + guide[end:],
         "README caption": _segment(readme, "*SmolLM2-135M-Instruct", "## Installation"),
-        "README replication": _segment(readme, "**Replication.**", "- **Overhead**"),
+        "README replication": _segment(readme, "**Replication.**", "- **Max@8 vs MaxRL.**"),
+        "README head-to-head": _segment(readme, "- **Max@8 vs MaxRL.**", "- **Overhead**"),
         "results cost bullet": _segment(results, "- **Its cost, on the same 30 units**", "- **Scope.**"),
         "results maxrl bullet": _segment(results, "- **Exploratory arm `maxrl`**", "```text"),
+        "results head-to-head frontier": _segment(results, "- **The rest of the frontier, same units**", "- **Pooled"),
     }
+    h2h = json.loads((objective_frontier.ASSETS / "compare_objectives_headtohead.json").read_text())
+    primaries = {(_num(t["mean"], "+"), _num(t["ci"][0], "+"), _num(t["ci"][1], "+")) for t in h2h["tests"].values()}
     for where, text in segments.items():
         quoted = re.findall(QUOTE, " ".join(text.split()))
-        assert len(quoted) >= 2, where
+        quoted = [q for q in quoted if q not in primaries or where not in ("README head-to-head", "guide outside its table")]
+        assert len(quoted) >= (1 if where == "README head-to-head" else 2), where
         assert not set(quoted) - held, f"{where} quotes {set(quoted) - held}, which the report does not hold"
+
+
+def test_the_head_to_head_frontier_claim_holds_at_every_k():
+    """docs/results.md: at seeds 25-39 no k of pass@k or pass^k has MaxRL minus Max@8's interval below 0; it is above
+    0 at pass@1 to pass@5 (and no further) and at every pass^k."""
+    committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
+    (e,) = [e for e in committed["differences"] if e["set"].startswith("maxrl@e4186fc") and e["minus"].startswith("max8@e4186fc")]
+    assert e["seeds"] == list(range(25, 40))
+    assert all(hi >= 0 for m in objective_frontier.METRICS for _, hi in e[m]["ci"])
+    above = [k for k, (lo, _) in enumerate(e["pass@k"]["ci"], 1) if lo > 0]
+    assert above == [1, 2, 3, 4, 5] and all(lo > 0 for lo, _ in e["pass^k"]["ci"])
+    results = " ".join((REPO / "docs" / "results.md").read_text().split())
+    assert "MaxRL's was above Max@8's at pass@1 to pass@5 and at every pass^k" in results
 
 
 def test_docs_state_the_maxrl_reproduction_check_as_the_report_has_it():

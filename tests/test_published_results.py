@@ -54,7 +54,8 @@ def _summary_intervals() -> set[str]:
 
 @pytest.mark.parametrize("where", ["docs/results.md result block", "README caption and results bullet"])
 def test_every_quoted_interval_is_in_the_summary(where):
-    """The README also quotes the replication's costs: those are the frontier report's (test_objective_frontier)."""
+    """The README also quotes the replication's costs (the frontier report's, test_objective_frontier) and the
+    head-to-head's primaries (its report's)."""
     text = _flat(BLOCK) if where.startswith("docs") else _readme_reading()
     quoted = {f"[{lo}, {hi}]" for lo, hi in re.findall(INTERVAL, text)}
     assert len(quoted) >= (20 if where.startswith("docs") else 5)
@@ -63,6 +64,8 @@ def test_every_quoted_interval_is_in_the_summary(where):
         frontier = json.loads((REPO / "recipes" / "assets" / "objective_frontier.json").read_text())
         held |= {f"[{_pts(lo)}, {_pts(hi)}]" for e in frontier["differences"] for m in ("pass@k", "pass^k")
                  for lo, hi in e[m]["ci"]}  # fmt: skip
+        h2h = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+        held |= {f"[{_pts(lo)}, {_pts(hi)}]" for t in h2h.get("tests", {}).values() for lo, hi in [t["ci"]]}
     assert not quoted - held, f"{where} quotes intervals the summary does not hold"
 
 
