@@ -190,7 +190,34 @@ def test_docs_quote_the_head_to_head_at_its_stage():
             if t["verdict"] == "not confirmed":
                 assert f"({100 * det['sd']:.1f} points)" in block and f"effect of {100 * det['effect']:.1f} points " \
                     f"({100 * det['effect_range'][0]:.1f} to {100 * det['effect_range'][1]:.1f})" in block, name
+        pooled = report.get("pooled")
+        if pooled:  # exploratory, and said to stand only on the reproduction check
+            assert f"reproduction check {pooled['reproduction_check']['status']}" in block
+            if pooled["reproduction_check"]["status"] == "passed":
+                for name, *_ in h2h.ENDPOINTS:
+                    t = pooled[name]
+                    assert f"({name}) {h2h._pts(t['mean'])} [{h2h._pts(t['ci'][0])}, {h2h._pts(t['ci'][1])}], " \
+                        f"p = {t['p']:.2g}" in block, name
         seeds = report["ceiling"]["seeds"]
         assert f"at {len(seeds)} of {len(report['design']['seeds'])} seeds ({', '.join(map(str, seeds))})" in block
     else:
         assert "under way" in block and not re.search(r"\bp\s*[=<]|CI \[", block)
+
+
+def test_docs_state_the_reproduction_check_as_the_reruns_have_it():
+    """docs/results.md: both reruns at the design's commit gave the committed units' counts and training rewards."""
+    report = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+    check = report.get("pooled", {}).get("reproduction_check")
+    if not check or check["status"] == "not available":
+        pytest.skip("the reproduction units have not run")
+    assets = REPO / "recipes" / "assets"
+    results = " ".join((REPO / "docs" / "results.md").read_text().split())
+    pairs = [(json.loads((assets / "compare_objectives_replication" / f"{u}.json").read_text()),
+              json.loads((assets / check["path"] / f"{u}.json").read_text())) for u in h2h.REPRO_UNITS]  # fmt: skip
+    assert f"**Reproduction check: {check['status']}.**" in results
+    counts = " and ".join(str(sum(rerun["eval"]["correct"])) for _, rerun in pairs)
+    assert f"({counts} of {sum(pairs[0][1]['eval']['scored'])})" in results
+    for orig, rerun in pairs:
+        assert rerun["eval"]["correct"] == orig["eval"]["correct"]
+        assert [s["reward"] for s in rerun["train_log"]] == [s["reward"] for s in orig["train_log"]]
+        assert max(abs(a["grad_norm"] - b["grad_norm"]) for a, b in zip(orig["train_log"], rerun["train_log"])) < 8e-6
