@@ -178,6 +178,18 @@ def _cell(mean: float, ci, sign: str = "") -> str:
     return _num(mean, sign) + (f" [{_num(ci[0], sign)}, {_num(ci[1], sign)}]" if ci else "")
 
 
+MEAN_ARMS = ("rloo", "grpo")  # the expected reward: every other arm is compared with these in the main rows
+
+
+def head_to_head(r: dict) -> list[dict]:
+    """The differences between two sets run at one commit that are no arm's main set and not a mean arm: a
+    head-to-head without RLOO (seeds 25-39's Max@8 vs MaxRL), which the guide and the figure show on its own."""
+    main = set(r["main_sets"].values())
+    arm = {key: s["arm"] for key, s in r["sets"].items()}
+    return [e for e in r["differences"] if e["commits"] == "same" and not {e["set"], e["minus"]} & main
+            and not {arm[e["set"]], arm[e["minus"]]} & set(MEAN_ARMS)]  # fmt: skip
+
+
 def table(r: dict) -> str:
     head = " | ".join(f"k={k}" for k in SHOWN)
     lines = [f"# The pass@k frontier ({r['units']} units, {r['num_problems']} held-out problems x {r['num_samples']} samples)",
@@ -212,8 +224,10 @@ def table(r: dict) -> str:
             cells = [_cell(e[m]["mean"][k - 1], e[m]["ci"][k - 1], sign="+") + f" {e[m]['above'][k - 1]}/{len(e['seeds'])}"
                      for k in SHOWN]  # fmt: skip
             lines.append(f"| {e['set']} - {e['minus']} | {_seeds(e['seeds'])} | {commits} | " + " | ".join(cells) + " |")
+    side = ", ".join(f"{e['set']} - {e['minus']}" for e in head_to_head(r)[:1])
     lines += ["", "Figure: `objective_frontier.png` (each arm's set in `main_sets` of the JSON: its most seeds among "
-              "the sets compared with RLOO)."]  # fmt: skip
+              "the sets compared with RLOO" + (f"; right: the head-to-head {side}, on its own seeds" if side else "")
+              + ")."]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -229,9 +243,9 @@ def guide_table(r: dict) -> str:
 
     main, arm = r["main_sets"], {key: s["arm"] for key, s in r["sets"].items()}
     vs_rloo = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and arm[e["minus"]] == "rloo"]
-    is_main = {key: main[arm[key]] == key for key in arm}
-    others = [e for e in r["differences"] if not {arm[e["set"]], arm[e["minus"]]} & {"rloo", "grpo"} and (
-              is_main[e["set"]] == is_main[e["minus"]] and (is_main[e["set"]] or e["commits"] == "same"))]
+    side = head_to_head(r)
+    others = [e for e in r["differences"] if e in side or (main[arm[e["set"]]] == e["set"] and main[arm[e["minus"]]]
+              == e["minus"] and not {arm[e["set"]], arm[e["minus"]]} & set(MEAN_ARMS))]  # fmt: skip
     ks = [f"pass@{k}" for k in SHOWN] + ["pass^4"]
     lines = ["| arm (recipe flags) | minus | seeds | " + " | ".join(ks) + " |", "|---|---|---|" + "---|" * len(ks)]
     for e in vs_rloo + others:
@@ -263,9 +277,11 @@ def plot(r: dict, path: Path) -> bool:
         print("matplotlib not installed: no figure (pip install matplotlib)")
         return False
     ks, sets = r["ks"], r["sets"]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), sharex=True)
-    for i, (arm, key) in enumerate(r["main_sets"].items()):
-        s, color = sets[key], f"C{i}"
+    side = head_to_head(r)[:1]  # a third column: the head-to-head on its own seeds (it has no RLOO arm)
+    fig, axes = plt.subplots(2, 2 + len(side), figsize=(12 + 5.5 * len(side), 8.4), sharex=True)
+    colors = {arm: f"C{i}" for i, arm in enumerate(r["main_sets"])}
+    for arm, key in r["main_sets"].items():
+        s, color = sets[key], colors[arm]
         label = f"{arm} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})"
         most = len(s["seeds"]) == max(len(sets[k]["seeds"]) for k in r["main_sets"].values())
         line, band = dict(color=color, marker=".", linewidth=2.2 if most else 1.1), 0.15 if most else 0.06  # fewer seeds: fainter
@@ -280,6 +296,28 @@ def plot(r: dict, path: Path) -> bool:
     if r["base"]:
         for col, m in enumerate(METRICS):
             axes[0, col].plot(ks, [100 * v for v in r["base"][m]], color="black", linestyle="--", label="base model")
+    for e in side:
+        for key in (e["set"], e["minus"]):
+            s = sets[key]
+            axes[0, 2].plot(ks, [100 * v for v in s["pass@k"]["mean"]], color=colors.get(s["arm"]), marker=".",
+                            linewidth=1.6, label=f"{s['arm']} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})")
+            axes[0, 2].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in s["pass@k"]["ci"]]),
+                                    color=colors.get(s["arm"]), alpha=0.12)  # fmt: skip
+        for m, style in zip(METRICS, ("-", ":")):
+            axes[1, 2].plot(ks, [100 * v for v in e[m]["mean"]], color="black", linestyle=style, marker=".", label=m)
+            axes[1, 2].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in e[m]["ci"]]), color="gray", alpha=0.15)
+        a, b = sets[e["set"]]["arm"], sets[e["minus"]]["arm"]
+        axes[0, 2].set_title(f"Head-to-head, one commit: {a} and {b}", fontsize=10)
+        axes[0, 2].set_ylabel("pass@k (%, 95% t CI over seeds)")
+        axes[0, 2].legend(loc="lower right", fontsize=8)
+        axes[1, 2].set_ylabel(f"{a} minus {b}, same seeds\n(points, paired 95% t CI)")
+        axes[1, 2].axhline(0, color="black", linewidth=0.8)
+        axes[1, 2].legend(loc="upper right", fontsize=8)
+        axes[1, 2].set_xlabel("k")
+        for row in (0, 1):
+            axes[row, 2].set_xscale("log", base=2)
+            axes[row, 2].set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+            axes[row, 2].grid(alpha=0.3)
     for col, m in enumerate(METRICS):
         axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
         axes[1, col].set_ylabel(f"{m} minus RLOO at the same seeds\n(points, paired 95% t CI, exploratory)")

@@ -134,6 +134,7 @@ def test_guide_rows_are_each_arm_against_rloo_then_main_pairs_and_a_head_to_head
     got = [(a.split("`")[1], b.strip("`"), seeds) for a, b, seeds in rows]
     assert got == [("grpo", "rloo", "4-5 (2)"), ("max8", "rloo", "10-13 (4)"), ("maxrl", "rloo", "10-13 (4)"),
                    ("maxrl", "max8", "10-13 (4)"), ("maxrl", "max8", "30-32 (3)")]  # fmt: skip
+    assert [(e["set"], e["minus"]) for e in objective_frontier.head_to_head(r)] == [("maxrl@ddddddd", "max8@ddddddd")]
 
 
 def test_table_quotes_the_json(assets):
