@@ -267,6 +267,15 @@ def update_guide(r: dict, guide: Path = GUIDE) -> bool:
     return True
 
 
+def _curve(ax, ks, values: dict, alpha: float, band_color: str | None = None, **line) -> None:
+    """One curve in points (`values`' `mean` per k) and its 95% band (`ci`, when there is one; in the line's color
+    unless `band_color`)."""
+    ax.plot(ks, [100 * v for v in values["mean"]], **line)
+    if values["ci"]:
+        ax.fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in values["ci"]]),
+                        color=band_color or line.get("color"), alpha=alpha)  # fmt: skip
+
+
 def plot(r: dict, path: Path) -> bool:
     try:
         import matplotlib
@@ -281,53 +290,42 @@ def plot(r: dict, path: Path) -> bool:
     fig, axes = plt.subplots(2, 2 + len(side), figsize=(12 + 5.5 * len(side), 8.4), sharex=True)
     colors = {arm: f"C{i}" for i, arm in enumerate(r["main_sets"])}
     for arm, key in r["main_sets"].items():
-        s, color = sets[key], colors[arm]
+        s = sets[key]
         label = f"{arm} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})"
         most = len(s["seeds"]) == max(len(sets[k]["seeds"]) for k in r["main_sets"].values())
-        line, band = dict(color=color, marker=".", linewidth=2.2 if most else 1.1), 0.15 if most else 0.06  # fewer seeds: fainter
+        line, band = dict(color=colors[arm], marker=".", linewidth=2.2 if most else 1.1), 0.15 if most else 0.06  # fewer seeds: fainter
+        d = next((e for e in r["differences"] if e["set"] == key and sets[e["minus"]]["arm"] == "rloo"), None)
         for col, m in enumerate(METRICS):
-            axes[0, col].plot(ks, [100 * v for v in s[m]["mean"]], label=label, **line)
-            if s[m]["ci"]:
-                axes[0, col].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in s[m]["ci"]]), color=color, alpha=band)
-            d = next((e for e in r["differences"] if e["set"] == key and sets[e["minus"]]["arm"] == "rloo"), None)
+            _curve(axes[0, col], ks, s[m], band, label=label, **line)
             if d:
-                axes[1, col].plot(ks, [100 * v for v in d[m]["mean"]], **line)
-                axes[1, col].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in d[m]["ci"]]), color=color, alpha=band)
+                _curve(axes[1, col], ks, d[m], band, **line)
     if r["base"]:
         for col, m in enumerate(METRICS):
             axes[0, col].plot(ks, [100 * v for v in r["base"][m]], color="black", linestyle="--", label="base model")
+    for col, m in enumerate(METRICS):
+        axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
+        axes[1, col].set_ylabel(f"{m} minus RLOO at the same seeds\n(points, paired 95% t CI, exploratory)")
+    axes[0, 0].legend(loc="lower right", fontsize=8, title="arm (its set)")
     for e in side:
         for key in (e["set"], e["minus"]):
             s = sets[key]
-            axes[0, 2].plot(ks, [100 * v for v in s["pass@k"]["mean"]], color=colors.get(s["arm"]), marker=".",
-                            linewidth=1.6, label=f"{s['arm']} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})")
-            axes[0, 2].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in s["pass@k"]["ci"]]),
-                                    color=colors.get(s["arm"]), alpha=0.12)  # fmt: skip
+            _curve(axes[0, 2], ks, s["pass@k"], 0.12, color=colors.get(s["arm"]), marker=".", linewidth=1.6,
+                   label=f"{s['arm']} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})")  # fmt: skip
         for m, style in zip(METRICS, ("-", ":")):
-            axes[1, 2].plot(ks, [100 * v for v in e[m]["mean"]], color="black", linestyle=style, marker=".", label=m)
-            axes[1, 2].fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in e[m]["ci"]]), color="gray", alpha=0.15)
+            _curve(axes[1, 2], ks, e[m], 0.15, band_color="gray", color="black", linestyle=style, marker=".", label=m)
         a, b = sets[e["set"]]["arm"], sets[e["minus"]]["arm"]
         axes[0, 2].set_title(f"Head-to-head, one commit: {a} and {b}", fontsize=10)
         axes[0, 2].set_ylabel("pass@k (%, 95% t CI over seeds)")
         axes[0, 2].legend(loc="lower right", fontsize=8)
         axes[1, 2].set_ylabel(f"{a} minus {b}, same seeds\n(points, paired 95% t CI)")
-        axes[1, 2].axhline(0, color="black", linewidth=0.8)
         axes[1, 2].legend(loc="upper right", fontsize=8)
-        axes[1, 2].set_xlabel("k")
-        for row in (0, 1):
-            axes[row, 2].set_xscale("log", base=2)
-            axes[row, 2].set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-            axes[row, 2].grid(alpha=0.3)
-    for col, m in enumerate(METRICS):
-        axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
-        axes[1, col].set_ylabel(f"{m} minus RLOO at the same seeds\n(points, paired 95% t CI, exploratory)")
-        axes[1, col].axhline(0, color="black", linewidth=0.8)
-        for row in (0, 1):
-            axes[row, col].set_xscale("log", base=2)
-            axes[row, col].set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-            axes[row, col].grid(alpha=0.3)
-        axes[1, col].set_xlabel("k")
-    axes[0, 0].legend(loc="lower right", fontsize=8, title="arm (its set)")
+    for ax in axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xlabel("k")
     fig.suptitle(f"Each objective's pass@k frontier: SmolLM2-135M-Instruct, digits, 8 steps; {r['num_problems']} "
                  f"problems x {r['num_samples']} samples")  # fmt: skip
     fig.tight_layout()
