@@ -19,7 +19,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_commands import REPO, Command, commands_in  # noqa: E402
 from estimator_cases import CASES  # noqa: E402
+from optional import installed  # noqa: E402
 from oracle import brute_advantage  # noqa: E402
 from plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
 
@@ -37,16 +37,8 @@ DOC = "docs/skyrl.md"
 ENTRYPOINTS = ("python -m ordergrad_trl.integrations.skyrl", "python -m skyrl.train.entrypoints.main_base")
 
 
-def _installed() -> bool:
-    try:
-        version("skyrl")
-    except PackageNotFoundError:
-        return False
-    return True
-
-
 pytestmark = pytest.mark.skipif(
-    not _installed(), reason="SkyRL is not installed: these run in a Python 3.12 venv with the skyrl extra (docs/skyrl.md)"
+    not installed("skyrl"), reason="SkyRL is not installed: these run in a Python 3.12 venv with the skyrl extra (docs/skyrl.md)"
 )
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 

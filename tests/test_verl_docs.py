@@ -8,30 +8,21 @@ import os
 import re
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docs_commands import REPO, Command, commands_in  # noqa: E402
+from optional import installed  # noqa: E402
 
 DOC = "docs/verl.md"
 MAIN, PREPARE, LAUNCH = "python -m verl.trainer.main_ppo", "python recipes/verl/prepare_math.py", "bash recipes/verl/"
 SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
-def _verl_installed() -> bool:
-    """The distribution, not `find_spec("verl")`: with recipes/ on sys.path, recipes/verl/ is a namespace package."""
-    try:
-        version("verl")
-    except PackageNotFoundError:
-        return False
-    return True
-
-
 needs_verl = pytest.mark.skipif(
-    not _verl_installed(), reason="verl is not installed: this runs in the verl environment (docs/verl.md)"
+    not installed("verl"), reason="verl is not installed: this runs in the verl environment (docs/verl.md)"
 )
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
-# the installed distribution, not `import verl`: with recipes/ on sys.path (some tests add it), recipes/verl/ would
-# import as an empty namespace package where verl is absent
-try:
-    version("verl")
-except PackageNotFoundError:
+from optional import installed  # noqa: E402  (tests/, on sys.path by conftest)
+
+if not installed("verl"):
     pytest.skip("verl is not installed: these tests run in the verl environment (docs/verl.md)",
                 allow_module_level=True)
 
