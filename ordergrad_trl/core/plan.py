@@ -1,8 +1,9 @@
 """The objective plan: what trains at each step, built once from `OrderGradConfig`'s fields; building it is the check.
 
 `build_plan` turns the `ordergrad_*` fields (objective, K, schedule, per-reward objectives, estimator and its
-options) into an immutable `ObjectivePlan`: its stages (start step, objective, K, rank weights, estimator context)
-or its per-reward specs. Every error a setting can cause is raised here, naming the config field and its valid
+options, prompt weight) into an immutable `ObjectivePlan`: its stages (start step, objective, K, rank weights,
+estimator context) or its per-reward specs, and the prompt weight applied after the estimator, before
+`scale_rewards`. Every error a setting can cause is raised here, naming the config field and its valid
 values, so that a bad setting fails when the config is built, never at step 1; the trainer only looks things up.
 Pure torch (no TRL), so other trainers can build the same plan.
 """
@@ -18,6 +19,7 @@ import torch
 
 from .estimators import ESTIMATORS, SCALES, EstimatorContext, estimator_name, scale_advantages
 from .objectives import DEFAULT_K, DEFAULT_OBJECTIVE, VALID_OBJECTIVES, rank_weights
+from .prompt_weights import PromptWeightSpec, PromptWindow, parse_prompt_weight, success_rates
 from .schedule import parse_objective_at_k, parse_objective_schedule, string_list
 
 __all__ = ["DEFAULT_ESTIMATOR", "DEFAULT_K", "DEFAULT_OBJECTIVE", "DEFAULT_SCALE", "SCALES", "ObjectivePlan",
@@ -65,7 +67,8 @@ class PlanStage:
 @dataclass(frozen=True)
 class ObjectivePlan:
     """What trains: one estimator with `stages` (a schedule has several), or `per_reward` objectives (one per
-    reward function, with the `ordergrad` estimator); `scale` is `scale_rewards`, applied after the estimator."""
+    reward function, with the `ordergrad` estimator); then `prompt_weight` (None: none) multiplies each group's
+    advantages, and `scale` (`scale_rewards`) divides them by a std."""
 
     estimator: str
     scale: str
@@ -73,6 +76,7 @@ class ObjectivePlan:
     stages: tuple[PlanStage, ...]
     per_reward: tuple[PlanStage, ...] | None = None
     scheduled: bool = False
+    prompt_weight: PromptWeightSpec | None = None
     # (estimator context, group size) -> whether the estimator is defined there (eval groups can be smaller)
     _defined: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -94,19 +98,38 @@ class ObjectivePlan:
             return torch.zeros_like(rewards)
         return ESTIMATORS[estimator or self.estimator](rewards, stage.context).to(rewards.dtype)
 
+    def prompt_weights(self, rewards: torch.Tensor, window: PromptWindow | None = None, bins: int | None = None):
+        """`(G, N)` rewards -> `((G,) float64 prompt weights, (G,) p_hat)`, or None without a prompt weight.
+
+        `window`: the stateful weight's reference (CurveRL's past batches; None or empty: this batch's own rates); the
+        caller pushes the batch into it afterwards. `bins`: the histogram's bins, default N + 1."""
+        if self.prompt_weight is None:
+            return None
+        p_hat = success_rates(rewards, self.prompt_weight)  # (G,)
+        reference = window.reference(p_hat) if window is not None else None
+        bins = rewards.shape[-1] + 1 if bins is None else bins
+        return self.prompt_weight.weights(p_hat.cpu(), max(bins, 2), reference).to(p_hat.device), p_hat
+
     def scale_advantages(self, advantages: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
         """`scale_rewards`, the one place it is applied, after the estimator (TRL's order): `(G, N)` advantages
         divided by each group's (`"group"`) or the whole batch's (`"batch"`) reward std + 1e-4; `"none"`: as given."""
         return scale_advantages(advantages, rewards, self.scale)
 
-    def scaled_advantages(self, rewards: torch.Tensor, stage: PlanStage | None = None) -> torch.Tensor:
-        """`(G, N)` rewards -> the `(G, N)` advantages that train: `stage`'s (default: the first) estimator, then
-        `scale_rewards` (the trainer does the two steps apart, with its overridable `compute_advantages` between;
-        `grouped_advantages` is this for ragged groups)."""
+    def scaled_advantages(self, rewards: torch.Tensor, stage: PlanStage | None = None,
+                          window: PromptWindow | None = None) -> torch.Tensor:  # fmt: skip
+        """`(G, N)` rewards -> the `(G, N)` advantages that train: `stage`'s (default: the first) estimator, the
+        prompt weight (measured against `window`, which this does not update), then `scale_rewards` (the trainer
+        does the steps apart, with its overridable `compute_advantages` between; `grouped_advantages` is this for
+        ragged groups)."""
         stage = self.stages[0] if stage is None else stage
-        return self.scale_advantages(self.advantages(rewards, stage), rewards)
+        adv = self.advantages(rewards, stage)
+        weighted = self.prompt_weights(rewards, window)
+        if weighted is not None:
+            adv = adv * weighted[0].to(adv.dtype)[:, None]
+        return self.scale_advantages(adv, rewards)
 
-    def grouped_advantages(self, scores: torch.Tensor, group: torch.Tensor, stage: PlanStage | None = None):
+    def grouped_advantages(self, scores: torch.Tensor, group: torch.Tensor, stage: PlanStage | None = None,
+                           window: PromptWindow | None = None):  # fmt: skip
         """`scaled_advantages` for rows grouped by id, in any order and of any sizes (verl's and SkyRL's batches):
         one batched call per group size, as TRL's `(G, N)` view, and `"batch"` scaling over every row at once.
 
@@ -114,6 +137,9 @@ class ObjectivePlan:
             scores: `(bs,)` float64, one reward per row; NaN marks an unscorable row (its advantage is 0).
             group: `(bs,)` int64 group id of each row, 0..G-1.
             stage: default the first.
+            window: the prompt weight's window (stateful weights): the reference of this batch's weights, then
+                updated with the batch (the caller keeps it from call to call). The histogram has (largest group
+                size + 1) bins, as CurveRL's.
 
         Returns:
             `(advantages (bs,), undefined_sizes)`: the group sizes where the estimator is undefined (rows get 0).
@@ -123,15 +149,27 @@ class ObjectivePlan:
         order = torch.argsort(group, stable=True)  # (bs,) rows of group 0, then group 1, ...
         starts = torch.cumsum(sizes, 0) - sizes  # (G,) where each group begins in `order`
         adv, undefined = torch.zeros_like(scores), []
+        p_hat = torch.full(sizes.shape, torch.nan, dtype=torch.float64, device=scores.device)  # (G,)
+        if self.prompt_weight is not None:  # every group's p_hat first: a stateful weight sees the whole batch
+            for n in sizes[sizes > 0].unique().tolist():
+                rows = order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
+                p_hat[sizes == n] = success_rates(scores[rows], self.prompt_weight)
+            reference = window.reference(p_hat[sizes > 0]) if window is not None else None
+            bins = int(sizes.max()) + 1 if sizes.numel() else 2
+            weights = self.prompt_weight.weights(p_hat.cpu(), max(bins, 2), reference).to(scores.device)  # (G,)
         for n in sizes[sizes > 0].unique().tolist():
             rows = order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
             if not self.is_defined(stage, n):
                 undefined.append(n)
                 continue
             block = self.advantages(scores[rows], stage)  # (G_n, n)
+            if self.prompt_weight is not None:
+                block = block * weights[sizes == n].to(block)[:, None]
             adv[rows] = self.scale_advantages(block, scores[rows]) if self.scale == "group" else block
         if self.scale == "batch":  # one std over every reward of the batch
             adv = self.scale_advantages(adv, scores)
+        if self.prompt_weight is not None and window is not None:
+            window.push(p_hat[sizes > 0])
         return torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0), undefined
 
 
@@ -237,11 +275,13 @@ def _estimator(name, kwargs) -> tuple[str, dict]:
 
 
 def build_plan(
-    *, objective, k, schedule, reward_objectives, estimator, estimator_kwargs, scale, num_generations: int
+    *, objective, k, schedule, reward_objectives, estimator, estimator_kwargs, scale, num_generations: int,
+    prompt_weight=None, prompt_weight_window=None,
 ) -> ObjectivePlan:
     """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective, K,
-    estimator and scale take the defaults. Raises `ValueError` naming the field and its valid values for every bad
-    setting."""
+    estimator, scale and prompt weight take the defaults. Raises `ValueError` naming the field and its valid values
+    for every bad setting."""
+    weight = parse_prompt_weight(prompt_weight, prompt_weight_window)
     name, options = _estimator(estimator, estimator_kwargs)
     scale = normalize_scale(scale)
     spec = ESTIMATORS[name]
@@ -285,7 +325,7 @@ def build_plan(
             context = _context("ordergrad", obj, kf, {}, num_generations, at)
             per_reward.append(PlanStage(0, obj, kf, rank_weights(obj, kf), context))
         per_reward = tuple(per_reward)
-    return ObjectivePlan(name, scale, num_generations, tuple(stages), per_reward, schedule is not None)
+    return ObjectivePlan(name, scale, num_generations, tuple(stages), per_reward, schedule is not None, weight)
 
 
 def warn_about_eval_groups(plan: ObjectivePlan, n_eval: int | None) -> None:

@@ -21,8 +21,9 @@ import torch
 from packaging.version import Version
 
 from ordergrad_trl.core.plan import ObjectivePlan, PlanStage, build_plan
+from ordergrad_trl.core.prompt_weights import PromptWindow
 
-__all__ = ["KEYS", "settings_from", "plan_of", "group_ids", "outcome_advantages", "is_tested"]
+__all__ = ["KEYS", "settings_from", "plan_of", "group_ids", "outcome_advantages", "is_tested", "prompt_window"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,26 @@ KEYS = {
     "ordergrad_schedule": "schedule",
     "ordergrad_estimator_kwargs": "estimator_kwargs",
     "ordergrad_scale_rewards": "scale",
+    "ordergrad_prompt_weight": "prompt_weight",
+    "ordergrad_prompt_weight_window": "prompt_weight_window",
 }
 _warned: set[str] = set()  # engines whose "undefined for these group sizes" warning this process has given
+# engine -> the stateful prompt weight's window: the estimator runs in the engine's driver process, once per training
+# batch, so a module-level window sees every batch in order. It is not in the engine's checkpoints: a resumed run
+# starts with an empty window (its first batch is its own reference), docs/verl.md and docs/skyrl.md.
+_windows: dict[str, PromptWindow] = {}
+
+
+def prompt_window(engine: str, plan: ObjectivePlan) -> PromptWindow | None:
+    """This process's window for `engine` (None unless the plan's prompt weight is stateful); a new, empty one when
+    the window's size changed."""
+    weight = plan.prompt_weight
+    if weight is None or not weight.stateful:
+        return None
+    window = _windows.get(engine)
+    if window is None or window.size != weight.window:
+        window = _windows[engine] = PromptWindow(weight.window)
+    return window
 
 
 def _plain(value):
@@ -111,13 +130,13 @@ def outcome_advantages(
 ) -> torch.Tensor:
     """`(bs, L)` advantages of `plan` at `stage`: each row's score is its rewards' sum (in float64), each group is
     computed as the TRL trainer computes a batch of groups (`plan.grouped_advantages`: the estimator, zeros where it
-    is undefined for the group's size, then `scale_rewards`), and the row's advantage is put on every response
-    token, in the rewards' dtype.
+    is undefined for the group's size, the prompt weight against `engine`'s window, which the batch then joins, and
+    `scale_rewards`), and the row's advantage is put on every response token, in the rewards' dtype.
 
     A group size where the estimator is undefined gets one warning per process and engine, saying `fix`; sizes in
     `quiet_sizes` are the engine's own filler rows (SkyRL's padding) and are not warned about."""
     scores = token_level_rewards.to(torch.float64).sum(-1)  # (bs,)
-    adv, undefined = plan.grouped_advantages(scores, group, stage)  # (bs,)
+    adv, undefined = plan.grouped_advantages(scores, group, stage, prompt_window(engine, plan))  # (bs,)
     undefined = sorted(set(undefined) - quiet_sizes)
     if undefined and engine not in _warned:
         _warned.add(engine)

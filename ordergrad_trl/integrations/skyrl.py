@@ -72,6 +72,10 @@ class OrderGradAlgorithmConfig(AlgorithmConfig):
     """The estimator's own options, a dict or a JSON object string (e.g. `{"beta": 2.0}` for rs_grpo)."""
     ordergrad_scale_rewards: Union[str, bool, None] = None
     """TRL's scale_rewards: `none` (unbiased), `group`, `batch` or a bool; applied after the estimator."""
+    ordergrad_prompt_weight: Optional[str] = None
+    """`none`, `inverse` (MaxRL's 1/p), `curverl` or `gaussian:MU,SIGMA`: a weight per prompt after the estimator."""
+    ordergrad_prompt_weight_window: Optional[int] = None
+    """`curverl`: the past batches its reference histogram holds (default 10); restarts empty on resume."""
     ordergrad_schedule: Optional[Any] = None
     """Not available in SkyRL (its estimator is not told the step): setting it is an error."""
 

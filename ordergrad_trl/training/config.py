@@ -15,6 +15,7 @@ from trl import GRPOConfig
 
 from ..core.estimators import estimator_help, estimator_name
 from ..core.objectives import VALID_OBJECTIVES
+from ..core.prompt_weights import DEFAULT_PROMPT_WEIGHT, DEFAULT_WINDOW, prompt_weight_help
 from ..core.plan import (
     DEFAULT_ESTIMATOR, DEFAULT_K, DEFAULT_OBJECTIVE, DEFAULT_SCALE, ObjectivePlan, build_plan, normalize_scale,
     warn_about_eval_groups,
@@ -95,6 +96,25 @@ class OrderGradConfig(GRPOConfig):
             and as many entries as reward functions (checked when the trainer is built); `ordergrad_objective` is
             then unused. Logs `ordergrad/objective/<reward function name>` (J_f, unweighted) and
             `ordergrad/objective` (sum_f reward_weight_f * J_f).
+
+        > Parameters that weight prompts (which prompts carry the gradient; rank weights say which rollouts do)
+
+        ordergrad_prompt_weight (`str`, *optional*, defaults to `"none"`):
+            Multiplies each group's advantages (after the estimator or `compute_advantages`, before
+            `scale_rewards`) by w(p_hat), p_hat the mean of the group's scorable rewards (its success rate for 0/1
+            rewards; rewards outside [0, 1] are refused when they arrive). `"none"`: no weight (advantages
+            unchanged); `"inverse"`: MaxRL's 1/p_hat (0/1 rewards; with `ordergrad_estimator="grpo"` and
+            `scale_rewards="none"` it is `"maxrl"` exactly); `"curverl"`: CurveRL's reverse hazard rate f_ref/F_ref
+            of a histogram of the pass rates of the last `ordergrad_prompt_weight_window` batches (with `"grpo"`
+            unscaled: CurveRL as published); `"gaussian:MU,SIGMA"`: exp(-(p_hat - MU)^2 / (2 SIGMA^2)). Composes
+            with every estimator, objective, schedule and per-reward objectives. Formulas, what each optimizes and
+            its measured bias: docs/estimators.md. Logs `ordergrad/prompt_weight/{mean,max,frac_zero}` and, for
+            `"curverl"`, `ordergrad/prompt_weight/window` (the rates in its reference).
+        ordergrad_prompt_weight_window (`int`, *optional*, defaults to `10`):
+            `"curverl"` only: the batches (generation rounds: one optimizer step with TRL's defaults) whose pass
+            rates form the reference histogram, CurveRL's `pool_num`. A batch's rates join after its own weights
+            are computed; while the window is empty (the first batch, or `0`) the current batch is the reference.
+            Saved in each checkpoint's `trainer_state.json` and restored on resume.
 
         > Parameters that control logging
 
@@ -193,6 +213,21 @@ class OrderGradConfig(GRPOConfig):
         },
     )
 
+    ordergrad_prompt_weight: str = field(
+        default=DEFAULT_PROMPT_WEIGHT,
+        metadata={
+            "help": f"Prompt weight w(p_hat) multiplying each group's advantages, p_hat the group's success rate: "
+            f"{prompt_weight_help()}. Applied after the estimator, before scale_rewards."
+        },
+    )
+    ordergrad_prompt_weight_window: int = field(
+        default=DEFAULT_WINDOW,
+        metadata={
+            "help": "curverl only: the number of past batches whose pass rates form the reference histogram "
+            "(CurveRL's pool_num); 0: the current batch alone. Saved with checkpoints."
+        },
+    )
+
     ordergrad_log_ks: list[int] | None = field(
         default=None,
         metadata={
@@ -265,7 +300,8 @@ class OrderGradConfig(GRPOConfig):
             objective=self.ordergrad_objective, k=self.ordergrad_k, schedule=self.ordergrad_schedule,
             reward_objectives=self.ordergrad_reward_objectives, estimator=self.ordergrad_estimator,
             estimator_kwargs=self.ordergrad_estimator_kwargs, scale=self.scale_rewards,
-            num_generations=self.num_generations,
+            num_generations=self.num_generations, prompt_weight=self.ordergrad_prompt_weight,
+            prompt_weight_window=self.ordergrad_prompt_weight_window,
         )  # fmt: skip
         for by in ("ordergrad_schedule", "ordergrad_reward_objectives"):
             ignored = ["ordergrad_objective"] + (["ordergrad_k"] if by == "ordergrad_schedule" else [])

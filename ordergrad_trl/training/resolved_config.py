@@ -53,13 +53,17 @@ def _stage(stage: PlanStage) -> dict:
 
 
 def plan_dict(plan: ObjectivePlan) -> dict:
-    """The plan as data: estimator, scale, N, stages (start step, objective, K, ascending weights), per-reward specs."""
+    """The plan as data: estimator, scale, N, stages (start step, objective, K, ascending weights), per-reward specs,
+    the prompt weight (its setting, and the window in batches for a stateful one; None: none)."""
+    weight = plan.prompt_weight
     return {
         "estimator": plan.estimator,
         "scale_rewards": plan.scale,
         "num_generations": plan.num_generations,
         "stages": [_stage(s) for s in plan.stages],
         "per_reward": None if plan.per_reward is None else [_stage(s) for s in plan.per_reward],
+        "prompt_weight": None if weight is None else {"weight": str(weight),
+                                                      "window": weight.window if weight.stateful else None},
     }
 
 
@@ -79,6 +83,9 @@ def describe_plan(plan: ObjectivePlan, reward_names: list[str] | None = None) ->
         return f"{stage.objective} @ K={stage.k} (ascending weights {weights})"
 
     head = f"estimator {plan.estimator}, scale_rewards={plan.scale}, N={plan.num_generations}"
+    if plan.prompt_weight is not None:
+        window = f" (window {plan.prompt_weight.window} batches)" if plan.prompt_weight.stateful else ""
+        head += f", prompt weight {plan.prompt_weight}{window}"
     if plan.per_reward is not None:
         names = reward_names or [f"reward {i}" for i in range(len(plan.per_reward))]
         return "\n".join([head + ", one objective per reward function:"]
