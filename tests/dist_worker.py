@@ -84,12 +84,16 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
     trainer = None
     # "binary" (tests/test_trainer_logging.py): 0/1 rewards, both steps in one logging window, then an evaluate()
     binary = mode == "binary"
+    # "curverl" (tests/test_prompt_weights_trainer.py): 0/1 rewards and CurveRL's prompt weight with a 1-batch window
+    curverl = mode == "curverl"
     # "sharded" (tests/test_sharded_cpu.py): under a DeepSpeed launch, which must not be told use_cpu (accelerate
     # then skips DeepSpeed; it finds its CPU accelerator itself) but needs ddp_backend gloo (else accelerate, seeing
     # no GPU backend, counts one process); a checkpoint every step, to resume from
     sharded = mode.startswith("sharded")
-    reward_weights = [1.0, 0.0] if binary else REWARD_WEIGHTS
+    reward_weights = [1.0, 0.0] if binary or curverl else REWARD_WEIGHTS
     extra = dict(logging_steps=2, num_generations_eval=GROUP, per_device_eval_batch_size=6) if binary else {}
+    if curverl:
+        extra = dict(ordergrad_prompt_weight="curverl", ordergrad_prompt_weight_window=1)
     if sharded:
         extra = dict(use_cpu=False, ddp_backend="gloo", save_strategy="steps", save_steps=1)
         if mode == "sharded_default_backend":  # as a user would first try it: refused (engine_guard)
@@ -141,13 +145,25 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
         from vllm_worker import trace_vllm
 
         trace = trace_vllm(trainer)
+    windows = []
+    if curverl:  # the window after each generation call, on this rank
+        generate = trainer._generate_and_score_completions
+
+        def recorded(inputs):
+            output = generate(inputs)
+            windows.append(trainer.ordergrad_prompt_window.state_dict())
+            return output
+
+        trainer._generate_and_score_completions = recorded
     trainer.train(resume_from_checkpoint=resume)
     if binary:
         trainer.evaluate()  # 3 prompts x 4 rollouts in one batch of 6 per process: the second group straddles
 
     result = {
         "rank": trainer.accelerator.process_index,
-        "config": {"num_generations": GROUP, "weights": WEIGHTS, "reward_weights": reward_weights},
+        "config": {"num_generations": GROUP, "weights": WEIGHTS, "reward_weights": reward_weights,
+                   "prompt_weight_window": args.ordergrad_prompt_weight_window},
+        "windows": windows,
         "calls": trainer.calls,
         "loss_rows": trainer.loss_rows,
         "log_history": trainer.state.log_history,
