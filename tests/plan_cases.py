@@ -29,12 +29,17 @@ BAD_SETTINGS = [
     ({"schedule": ["5 ReMax@2"]}, 8),  # must start at step 0
     ({"schedule": ["0 ReMax@8"]}, 8),
     ({"scale": "std"}, 8),
+    ({"prompt_weight": "hazard"}, 8),
+    ({"prompt_weight": "gaussian:0.5"}, 8),
+    ({"prompt_weight": "gaussian:1.5,0.2"}, 8),
+    ({"prompt_weight": "curverl", "prompt_weight_window": -1}, 8),
 ]
 # build_plan keyword -> OrderGradConfig field (an engine's key is <its algorithm config>.<field>, scale_rewards:
 # ordergrad_scale_rewards)
 TRL_FIELD = {"objective": "ordergrad_objective", "k": "ordergrad_k", "schedule": "ordergrad_schedule",
              "estimator": "ordergrad_estimator", "estimator_kwargs": "ordergrad_estimator_kwargs",
-             "scale": "scale_rewards"}  # fmt: skip
+             "scale": "scale_rewards", "prompt_weight": "ordergrad_prompt_weight",
+             "prompt_weight_window": "ordergrad_prompt_weight_window"}  # fmt: skip
 ENGINE_KEY = {**TRL_FIELD, "scale": "ordergrad_scale_rewards"}
 
 

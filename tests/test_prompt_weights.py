@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import math
 import random
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import torch
 
+from prompt_weight_oracle import oracle_run
 from ordergrad_trl.core.estimators import ESTIMATORS, maxrl
 from ordergrad_trl.core.plan import build_plan
 from ordergrad_trl.core.prompt_weights import (
@@ -96,32 +96,6 @@ def test_zero_and_one_stay_out_of_the_pool():
 
 
 # ------------------------------------------------------------------- brute-force histogram oracle
-
-
-def oracle_run(batches, window):
-    """Per batch, each group's CurveRL weight, from the description: p_hat = c/n over scorable rewards (exact
-    fractions); B = largest group + 1 bins; bin floor(p_hat B) (capped at B - 1); reference = the rates in (0, 1) of
-    the last `window` batches, or of this batch while none are held; w = count(bin) / count(bins <= bin), 0 for an
-    empty bin or p_hat in {0, 1}; the batch joins after."""
-    pool, out = [], []
-    for groups in batches:
-        rates = []
-        for g in groups:
-            valid = [Fraction(int(r)) for r in g if not math.isnan(r)]
-            rates.append(sum(valid) / len(valid) if valid else None)
-        bins = max(len(g) for g in groups) + 1
-        inner = [p for p in rates if p is not None and 0 < p < 1]
-        reference = [p for b in pool for p in b] or inner
-        counts = [0] * bins
-        for p in reference:
-            counts[min(math.floor(p * bins), bins - 1)] += 1
-        weights = []
-        for p in rates:
-            b = None if p is None or not 0 < p < 1 else min(math.floor(p * bins), bins - 1)
-            weights.append(Fraction(0) if b is None or counts[b] == 0 else Fraction(counts[b], sum(counts[: b + 1])))
-        out.append(weights)
-        pool = (pool + [inner])[-window:] if window else []
-    return out
 
 
 def ragged_batches(seed, steps=6):
@@ -307,3 +281,39 @@ def test_docs_and_help_derive_from_the_registry():
     assert prompt_weight_help() in help_text
     for name in PROMPT_WEIGHTS:
         assert name in help_text and f"`{name}" in prompt_weight_table()
+
+
+# ------------------------------------------------------------------- the engines' path (verl, SkyRL)
+
+
+@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.3,0.2"])
+def test_consecutive_engine_batches_equal_the_oracle(weight):
+    """`engine.outcome_advantages` (what verl's and SkyRL's estimators return) over three batches of shuffled,
+    ragged rows by uid with unscorable ones: the estimator per group times the oracle's weight, the window carried
+    by the engine's driver from one call to the next."""
+    from prompt_weight_oracle import engine_expected
+
+    from ordergrad_trl.integrations import engine
+
+    engine._windows.clear()
+    rng, batches = random.Random(7), []
+    for step in range(3):
+        rows = [(f"u{step}-{g}", float(rng.random() < q)) for g, q in enumerate([0.2, 0.5, 0.7, 0.4, 0.9])
+                for _ in range(rng.choice([4, 6, 8]))]  # fmt: skip
+        rows += [(f"u{step}-nan", math.nan), (f"u{step}-nan", 1.0), (f"u{step}-nan", 0.0)]
+        rng.shuffle(rows)
+        batches.append(rows)
+    settings = {"objective": "TopM:2", "k": 2, "prompt_weight": weight, "prompt_weight_window": 1}
+    p = build_plan(**{**dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
+                             estimator_kwargs=None, scale="none"), **settings}, num_generations=8)  # fmt: skip
+    plain = {k: v for k, v in settings.items() if not k.startswith("prompt_weight")}
+    expected = engine_expected(batches, plain, weight, 1, n=8)
+    for rows, want in zip(batches, expected):
+        scores = torch.tensor([[s] for _, s in rows], dtype=torch.float64)
+        group = engine.group_ids([u for u, _ in rows], scores.device)
+        got = engine.outcome_advantages(scores, torch.ones_like(scores), group, p, p.stages[0], engine="test",
+                                        fix="")[:, 0]  # fmt: skip
+        assert torch.allclose(got, want, atol=1e-12), (rows, got, want)
+    assert any((w != 0).any() for w in expected)
+    assert (engine._windows.get("test") is not None) == (weight == "curverl")
+    engine._windows.clear()

@@ -10,7 +10,6 @@ import math
 import os
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -18,32 +17,11 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from test_prompt_weights import oracle_run
+from prompt_weight_oracle import oracle_weights
 from test_trainer import WORKER, _h, brute_force_advantages, combine
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 
 G, WEIGHTS = 6, [0.2, 0.3, 0.5]
-
-
-def oracle_weights(batches, setting: str, window: int):
-    """Per batch, each group's weight: CurveRL's from `oracle_run`; the stateless ones from their formulas."""
-    if setting == "curverl":
-        return [[float(w) for w in ws] for ws in oracle_run(batches, window)]
-    out = []
-    for groups in batches:
-        ws = []
-        for g in groups:
-            valid = [r for r in g if not math.isnan(r)]
-            p = Fraction(int(sum(valid)), len(valid)) if valid else None
-            if p is None:
-                ws.append(0.0)
-            elif setting == "inverse":
-                ws.append(float(1 / p) if p > 0 else 0.0)
-            else:  # gaussian:MU,SIGMA
-                mu, sigma = map(float, setting.split(":")[1].split(","))
-                ws.append(math.exp(-((float(p) - mu) ** 2) / (2 * sigma**2)))
-        out.append(ws)
-    return out
 
 
 class Recorder(OrderGradTrainer):
