@@ -13,7 +13,9 @@ declared missing after `MAX_ATTEMPTS` recorded failures in `<assets>_failures.js
 an interim table without a p-value. Also reported: the seeds where either arm's pass@8 is at the ceiling (none
 excluded), each endpoint's detectable effect, and, exploratory, seeds 10-39 pooled with the replication's units of
 both arms, valid only if the reproduction check passes (`max8-s10` and `maxrl-s10` rerun at this design's commit
-into `<assets>_repro/`, every per-problem count equal to the committed unit's).
+into `<assets>_repro/`, every per-problem count equal to the committed unit's). Post hoc, beside the pooled result:
+whether the two sets of seeds agree on each endpoint (`between_sets`: Welch's test and a DerSimonian-Laird
+random-effects interval), and which arm was at the ceiling at each ceiling seed.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from compare_replication import (
     MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, rerun_result, write_report,
 )  # fmt: skip
-from compare_seed_level import CEILING, detectable, stable
+from compare_seed_level import CEILING, detectable, random_effects, stable, welch_test
 from compare_summary import check_units, load_units
 from ordergrad_trl.core.stats import holm, seed_t_test
 
@@ -83,6 +85,9 @@ def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Pat
     commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
     p8 = {u: pass_at_k(units[u], 8) for u in expected if u in units}
     at_ceiling = sorted({int(u.rsplit("-s", 1)[1]) for u, v in p8.items() if v >= CEILING})
+    alone = {arm: [s for s in done if p8[f"{arm}-s{s}"] >= CEILING > p8[f"{ARMS[1 - i]}-s{s}"]]
+             for i, arm in enumerate(ARMS)}  # fmt: skip
+    rest = [values["i"][i] for i, s in enumerate(done) if s not in alone["maxrl"]]
     complete = all(s in done or s in gave_up for s in SEEDS)
     report = {
         "design": {"arms": list(ARMS), "seeds": list(SEEDS), "alpha": ALPHA, "correction": "Holm over the endpoints",
@@ -94,7 +99,10 @@ def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Pat
         "commits": commits, "failures": failures, "missing_seeds": gave_up,
         "per_seed": [{"seed": s, **{f"{a} pass@{k}": pass_at_k(units[f"{a}-s{s}"], k) for a in ARMS for k in (8, 1)},
                       **{n: values[n][i] for n, *_ in ENDPOINTS}} for i, s in enumerate(done)],
-        "ceiling": {"threshold": CEILING, "metric": "pass@8 of either arm", "seeds": at_ceiling},
+        "ceiling": {"threshold": CEILING, "metric": "pass@8 of either arm", "seeds": at_ceiling,
+                    "both": [s for s in at_ceiling if s in done and s not in alone["max8"] + alone["maxrl"]],
+                    "alone": alone, "i_where_maxrl_alone": [values["i"][done.index(s)] for s in alone["maxrl"]],
+                    "i_mean_elsewhere": sum(rest) / len(rest) if rest else None},
         "complete": complete,
     }  # fmt: skip
     if not complete or len(done) < 2:
@@ -117,7 +125,27 @@ def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Pat
         report["pooled"] = {"seeds": old + done, "reproduction_check": check, "commits": sorted(
             {old_units[f"{a}-s{s}"].get("commit", "unknown") for s in old for a in ARMS} | set(commits)),
             **{n: seed_t_test(torch.tensor(old_values[n] + values[n], dtype=torch.float64)) for n in values}}  # fmt: skip
+        if len(old) >= 2:
+            report["between_sets"] = between_sets((old_units, old, old_values), (units, done, values))
     return report
+
+
+def between_sets(*sets: tuple[dict, list[int], dict]) -> dict:
+    """Post hoc: do the sets of seeds (each `(units, seeds, endpoint values)`) agree on each endpoint? Per set, the
+    mean and seed SD of the endpoint and each arm's mean on its metric; Welch's test of the first two sets' means;
+    and a DerSimonian-Laird random-effects interval over the sets (each set's mean with its own seed-level variance),
+    the interval to read beside the pooled t, which treats the sets as one."""
+    out = {}
+    for name, _, _, k in ENDPOINTS:
+        rows = []
+        for units, seeds, values in sets:
+            t = seed_t_test(torch.tensor(values[name], dtype=torch.float64))
+            rows.append({"seeds": seeds, "mean": t["mean"], "sd": t["sd"], "n": t["n"], "ci": t["ci"],
+                         f"pass@{k}": {a: sum(pass_at_k(units[f"{a}-s{s}"], k) for s in seeds) / len(seeds)
+                                       for a in ARMS}})  # fmt: skip
+        out[name] = {"sets": rows, "welch": welch_test(sets[0][2][name], sets[1][2][name]),
+                     "random_effects": random_effects([r["mean"] for r in rows], [r["sd"] ** 2 / r["n"] for r in rows])}  # fmt: skip
+    return out
 
 
 def _clause(name: str, t: dict) -> str:
@@ -149,6 +177,12 @@ def table(r: dict) -> str:
     c = r["ceiling"]
     where = f"at seeds {', '.join(map(str, c['seeds']))}" if c["seeds"] else "at no seed"
     lines.append(f"- Ceiling: {c['metric']} >= {c['threshold']:.0%} {where}; none is excluded.")
+    if c["seeds"] and "both" in c:
+        only = "; ".join(f"{a} alone at {', '.join(map(str, c['alone'][a])) or 'none'}" for a in ARMS)
+        per = ", ".join(_pts(x) for x in c["i_where_maxrl_alone"])
+        lines.append(f"  Both arms at {', '.join(map(str, c['both'])) or 'none'}; {only}. (i) where maxrl alone: "
+                     f"{per or '-'} points; (i) mean at the other seeds: "
+                     + (f"{_pts(c['i_mean_elsewhere'])} points." if c["i_mean_elsewhere"] is not None else "-."))  # fmt: skip
     lines += ["", "| seed | max8 pass@8 (%) | maxrl pass@8 (%) | (i) (points) | max8 pass@1 (%) | maxrl pass@1 (%) | "
               "(ii) (points) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for row in r["per_seed"]:
@@ -182,6 +216,16 @@ def table(r: dict) -> str:
         lines += ["", f"Exploratory (not the pre-registered tests): seeds {p['seeds'][0]}-{p['seeds'][-1]} pooled with "
                   f"the replication's units ({len(p['seeds'])} seeds; commits {', '.join(c[:7] for c in p['commits'])}): "
                   f"{parts}. Valid only if the reproduction check passes: {check['status']} ({per_unit})."]  # fmt: skip
+    for name, b in r.get("between_sets", {}).items():
+        e = next(e for e in des["endpoints"] if e["name"] == name)
+        w, re_ = b["welch"], b["random_effects"]
+        per = "; ".join(f"seeds {x['seeds'][0]}-{x['seeds'][-1]} {_pts(x['mean'])} [{_pts(x['ci'][0])}, "
+                        f"{_pts(x['ci'][1])}] ({', '.join(f'{a} {stable(100 * v):.1f}%' for a, v in x[e['metric']].items())})"
+                        for x in b["sets"])  # fmt: skip
+        lines += ["", f"Post hoc, between the sets of seeds, ({name}) {e['arm']} - {e['minus']} on {e['metric']}: {per}; "
+                  f"Welch t = {w['t']:.2f} ({w['df']:.1f} df), p = {w['p']:.2g}; DerSimonian-Laird random-effects "
+                  f"{re_['level']:.0%} interval {_pts(re_['mean'])} [{_pts(re_['ci'][0])}, {_pts(re_['ci'][1])}] "
+                  f"(between-set SD {stable(100 * re_['tau']):.1f} points)."]  # fmt: skip
     return "\n".join(lines)
 
 

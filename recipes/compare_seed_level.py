@@ -4,12 +4,15 @@ The seed is the unit of replication (training noise is shared by every problem o
 over per-seed values: paired differences d_s = arm(s) - baseline(s), a t test over seeds, Holm over the
 pre-registered primaries, and the intervals that go with them. Also the small exact tools the reports quote: the
 SD's chi-square interval (so a detectable effect computed from an observed SD carries that SD's uncertainty), the
-sign test, and the seeds at which the baseline sits at the ceiling of an endpoint.
+sign test, and the seeds at which the baseline sits at the ceiling of an endpoint; and, for post hoc readings
+across sets of seeds, Welch's test of two sets' means, a random-effects interval over sets, and each seed's
+distance from the base model (one unit, held fixed).
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import torch
 
@@ -63,6 +66,51 @@ def sign_test(diffs) -> dict:
     tail = sum(math.comb(n, i) for i in range(max(above, below), n + 1)) / 2**n if n else 1.0
     return {"n": n, "above": above, "below": below, "ties": len(diffs) - n, "p": min(1.0, 2 * tail),
             "p_one_sided": sum(math.comb(n, i) for i in range(above, n + 1)) / 2**n if n else 1.0}  # fmt: skip
+
+
+def t_sf(t: float, df: float, steps: int = 20_000) -> float:
+    """P(T > t) for Student's t with real (e.g. Welch's) degrees of freedom: 1/2 minus Simpson's rule on the density
+    over [0, |t|] (`stats.t_cdf` is closed-form for integer df only)."""
+    if not df > 0 or math.isnan(t):
+        raise ValueError(f"need df > 0 and a number t, got t={t!r}, df={df!r}")
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    x = min(abs(t), 1e6)
+    h = x / steps
+    f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(steps + 1)]
+    half = h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))  # P(0 < T < x)
+    return 0.5 - half if t >= 0 else 0.5 + half
+
+
+def welch_test(a, b) -> dict:
+    """Welch's two-sided t test of mean(a) = mean(b), two independent samples with their own variances."""
+    va, vb = (torch.tensor(x, dtype=torch.float64).var().item() / len(x) for x in (a, b))
+    diff = sum(a) / len(a) - sum(b) / len(b)
+    t = diff / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return {"difference": diff, "t": t, "df": df, "p": min(1.0, 2 * t_sf(abs(t), df))}
+
+
+def random_effects(means, variances, level: float = 0.95) -> dict:
+    """DerSimonian-Laird random-effects combination of independent estimates (`means`, each with its squared
+    standard error in `variances`): the between-set variance tau^2 from Cochran's Q, then the inverse-variance mean
+    with weights 1 / (v_i + tau^2) and its normal interval. With two sets tau^2 rests on one degree of freedom: an
+    exploratory summary, wider than a pooled t interval whenever the sets disagree."""
+    w = [1 / v for v in variances]
+    fixed = sum(wi * m for wi, m in zip(w, means)) / sum(w)
+    q = sum(wi * (m - fixed) ** 2 for wi, m in zip(w, means))
+    tau2 = max(0.0, (q - (len(means) - 1)) / (sum(w) - sum(wi**2 for wi in w) / sum(w)))
+    w_re = [1 / (v + tau2) for v in variances]
+    mean = sum(wi * m for wi, m in zip(w_re, means)) / sum(w_re)
+    se, z = 1 / math.sqrt(sum(w_re)), NormalDist().inv_cdf(1 - (1 - level) / 2)
+    return {"mean": mean, "ci": [mean - z * se, mean + z * se], "level": level, "tau": math.sqrt(tau2), "q": q,
+            "df": len(means) - 1, "fixed_mean": fixed}  # fmt: skip
+
+
+def minus_base(per_seed, base: float) -> dict:
+    """Per-seed values minus the base model's value: the seed-level t test and interval, and the seeds above it.
+    The base model is one unit (one evaluation, untrained): its own sampling noise is not in the interval."""
+    d = torch.tensor([v - base for v in per_seed], dtype=torch.float64)
+    return {**seed_t_test(d), "base": base, "above": int((d > 0).sum())}
 
 
 def seed_level(summary: dict, baseline: str, alpha: float = 0.05, power: float = 0.8, seen_seeds=()) -> dict:

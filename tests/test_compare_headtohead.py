@@ -221,3 +221,91 @@ def test_docs_state_the_reproduction_check_as_the_reruns_have_it():
         assert rerun["eval"]["correct"] == orig["eval"]["correct"]
         assert [s["reward"] for s in rerun["train_log"]] == [s["reward"] for s in orig["train_log"]]
         assert max(abs(a["grad_norm"] - b["grad_norm"]) for a, b in zip(orig["train_log"], rerun["train_log"])) < 8e-6
+
+
+@pytest.mark.parametrize("t, df", [(2.526, 27.55), (-1.39, 27.9), (0.3, 3.5), (6.0, 14.0), (0.0, 9.2), (-40.0, 2.1)])
+def test_t_sf_with_real_degrees_of_freedom_matches_scipy(t, df):
+    from compare_seed_level import t_sf
+
+    assert t_sf(t, df) == pytest.approx(scipy_stats.t.sf(t, df), abs=1e-9)
+
+
+def test_between_sets_welch_and_random_effects_by_hand_and_the_ceiling_breakdown(tmp_path):
+    """Post hoc: each set of seeds' mean of each endpoint, Welch's test of the two sets (scipy) and the
+    DerSimonian-Laird random-effects interval (by hand); and the seeds where one arm alone is at the ceiling."""
+    gen = torch.Generator().manual_seed(5)
+    assets = tmp_path / "compare_objectives_headtohead"
+    counts = _write(assets, h2h.SEEDS, gen)
+    replication = tmp_path / "compare_objectives_replication"
+    old = _write(replication, range(10, 16), gen, commit="oldcommit")
+    r = h2h.headtohead(assets, replication)
+    d_old = [_pass(old[f"max8-s{s}"], 8) - _pass(old[f"maxrl-s{s}"], 8) for s in range(10, 16)]
+    d = [_pass(counts[f"max8-s{s}"], 8) - _pass(counts[f"maxrl-s{s}"], 8) for s in h2h.SEEDS]
+    b = r["between_sets"]["i"]
+    assert [x["seeds"] for x in b["sets"]] == [list(range(10, 16)), list(h2h.SEEDS)]
+    assert b["sets"][0]["mean"] == pytest.approx(sum(d_old) / 6, abs=1e-12)
+    assert b["sets"][1]["pass@8"]["maxrl"] == pytest.approx(sum(_pass(counts[f"maxrl-s{s}"], 8) for s in h2h.SEEDS) / 15)
+    welch = scipy_stats.ttest_ind(d_old, d, equal_var=False)
+    assert b["welch"]["p"] == pytest.approx(welch.pvalue, abs=1e-9) and b["welch"]["t"] == pytest.approx(welch.statistic)
+    y = [sum(d_old) / 6, sum(d) / 15]
+    v = [scipy_stats.tstd(d_old) ** 2 / 6, scipy_stats.tstd(d) ** 2 / 15]
+    w = [1 / x for x in v]
+    q = sum(wi * (yi - (w[0] * y[0] + w[1] * y[1]) / sum(w)) ** 2 for wi, yi in zip(w, y))
+    tau2 = max(0.0, (q - 1) / (sum(w) - (w[0] ** 2 + w[1] ** 2) / sum(w)))
+    ws = [1 / (x + tau2) for x in v]
+    mean, se = (ws[0] * y[0] + ws[1] * y[1]) / sum(ws), sum(ws) ** -0.5
+    re_ = b["random_effects"]
+    assert re_["mean"] == pytest.approx(mean, abs=1e-12) and re_["tau"] == pytest.approx(tau2**0.5, abs=1e-12)
+    assert re_["ci"] == pytest.approx([mean - scipy_stats.norm.ppf(0.975) * se, mean + scipy_stats.norm.ppf(0.975) * se])
+    p8 = {u: _pass(c, 8) for u, c in counts.items()}
+    c = r["ceiling"]
+    for arm, other in (("max8", "maxrl"), ("maxrl", "max8")):
+        assert c["alone"][arm] == [s for s in h2h.SEEDS if p8[f"{arm}-s{s}"] >= 0.98 > p8[f"{other}-s{s}"]]
+    assert c["both"] == [s for s in h2h.SEEDS if min(p8[f"max8-s{s}"], p8[f"maxrl-s{s}"]) >= 0.98]
+    rest = [x for s, x in zip(h2h.SEEDS, d) if s not in c["alone"]["maxrl"]]
+    assert c["i_mean_elsewhere"] == pytest.approx(sum(rest) / len(rest), abs=1e-12)
+
+
+def test_docs_quote_the_between_set_disagreement_the_ceiling_and_the_bound_as_the_report_has_them():
+    """Issue 49: beside the pooled result, the two seed sets' disagreement on (i) and a random-effects interval (F1);
+    the ceiling seeds split by which arm was there (F3); the 97.5% interval's bound on a Max@8 lead (F6). In
+    docs/results.md, the guide and the README, each number as the committed report has it."""
+    report = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+
+    def flat(path):
+        return " ".join((REPO / path).read_text().split())
+
+    results, guide, readme = flat("docs/results.md"), flat("docs/choosing-an-objective.md"), flat("README.md")
+    block = results[results.index("<!-- headtohead:start -->"): results.index("<!-- headtohead:end -->")]
+    pts, pct = h2h._pts, (lambda x: f"{h2h.stable(100 * x):.1f}%")
+    b = report["between_sets"]
+    (old, new), re_, welch = b["i"]["sets"], b["i"]["random_effects"], b["i"]["welch"]
+    assert old["seeds"] == list(range(10, 25)) and new["seeds"] == list(range(25, 40))
+    assert old["mean"] > 0 > new["mean"] and welch["p"] < 0.05  # "the two sets disagree"
+    re_cell = f"{pts(re_['mean'])} [{pts(re_['ci'][0])}, {pts(re_['ci'][1])}]"
+    assert f"Max@8 - MaxRL on pass@8 was {pts(old['mean'])} [{pts(old['ci'][0])}, {pts(old['ci'][1])}] at seeds 10-24 " \
+        f"and {pts(new['mean'])} [{pts(new['ci'][0])}, {pts(new['ci'][1])}] at seeds 25-39 (Welch p = " \
+        f"{welch['p']:.2g}), and the shift is MaxRL's pass@8 ({pct(old['pass@8']['maxrl'])} at seeds 10-24, " \
+        f"{pct(new['pass@8']['maxrl'])} at 25-39; Max@8's {pct(old['pass@8']['max8'])} and " \
+        f"{pct(new['pass@8']['max8'])})" in block
+    assert f"(DerSimonian-Laird over the two, post hoc) is {re_cell}" in block
+    (e_old, e_new), e_welch = b["ii"]["sets"], b["ii"]["welch"]
+    assert f"On pass@1 they agree ({pts(e_old['mean'])} and {pts(e_new['mean'])}, Welch p = {e_welch['p']:.2g})" in block
+    assert f"disagree on pass@8 (Welch p = {welch['p']:.2g}, post hoc), and the shift is MaxRL's pass@8 " \
+        f"({pct(old['pass@8']['maxrl'])} at seeds 10-24, {pct(new['pass@8']['maxrl'])} at 25-39)" in guide
+    assert f"random-effects interval over both sets (post hoc) is {re_cell}" in guide
+    assert f"Max@8's pass@8 was {pts(old['mean'])[1:]} points ahead" in guide
+    assert f"at seeds 10-24 it led by {pts(old['mean'])[1:]}; random-effects over both sets (post hoc): {re_cell}" in readme
+    c, d = report["ceiling"], {row["seed"]: row["i"] for row in report["per_seed"]}
+    only = c["alone"]["maxrl"]
+    gaps = sorted(-d[s] for s in only)
+    assert all(x > 0 for x in gaps) and c["i_mean_elsewhere"] > 0 > report["tests"]["i"]["mean"]  # "carry the lead"
+    assert f"Both arms were there at only {len(c['both'])} of the {len(c['seeds'])} ({', '.join(map(str, c['both']))})" in block
+    assert f"At {len(only)} ({', '.join(map(str, only))}) MaxRL alone was, with Max@8 {h2h.stable(100 * gaps[0]):.1f} " \
+        f"to {h2h.stable(100 * gaps[-1]):.1f} points lower, and at {len(c['alone']['max8'])} " \
+        f"({', '.join(map(str, c['alone']['max8']))}) Max@8 alone" in block
+    assert f"at the other {len(d) - len(only)} seeds Max@8 - MaxRL averages {pts(c['i_mean_elsewhere'])} points" in block
+    bound = pts(report["tests"]["i"]["ci_adjusted"][1])[1:]
+    assert f"the 97.5% interval excludes a Max@8 lead above {bound} points" in block
+    assert f"the 97.5% interval excludes a Max@8 lead above {bound} points" in guide
+    assert "small pass@8" not in guide and "leaves room for" not in block

@@ -206,14 +206,16 @@ def test_the_guide_and_every_quoted_cost_are_the_committed_report():
     segments = {
         "guide outside its table": guide[:start] + guide[end:],
         "README caption": _segment(readme, "*SmolLM2-135M-Instruct", "## Installation"),
-        "README replication": _segment(readme, "**Replication.**", "- **Max@8 vs MaxRL.**"),
-        "README head-to-head": _segment(readme, "- **Max@8 vs MaxRL.**", "- **Overhead**"),
+        "README replication": _segment(readme, "**Replication.**", "- **[Max@8 vs MaxRL]"),
+        "README head-to-head": _segment(readme, "- **[Max@8 vs MaxRL]", "- **Overhead**"),
         "results cost bullet": _segment(results, "- **Its cost, on the same 30 units**", "- **Scope.**"),
         "results maxrl bullet": _segment(results, "- **Exploratory arm `maxrl`**", "```text"),
         "results head-to-head frontier": _segment(results, "- **The rest of the frontier, same units**", "- **Pooled"),
     }
     h2h = json.loads((objective_frontier.ASSETS / "compare_objectives_headtohead.json").read_text())
     primaries = {(_num(t["mean"], "+"), _num(t["ci"][0], "+"), _num(t["ci"][1], "+")) for t in h2h["tests"].values()}
+    primaries |= {(_num(re_["mean"], "+"), _num(re_["ci"][0], "+"), _num(re_["ci"][1], "+"))  # post hoc, its report's
+                  for re_ in (b["random_effects"] for b in h2h["between_sets"].values())}  # fmt: skip
     for where, text in segments.items():
         quoted = re.findall(QUOTE, " ".join(text.split()))
         quoted = [q for q in quoted if q not in primaries or where not in ("README head-to-head", "guide outside its table")]
@@ -256,3 +258,23 @@ def test_a_hand_edited_unit_is_refused_naming_it(assets):
         (path / "compare_objectives" / "max8-s4.json").write_text(json.dumps(unit))
         with pytest.raises(ValueError, match=r"unit max8-s4: its correct counts are not 9 integers in \[0, 16\]"):
             objective_frontier.frontier(path)
+
+
+def test_the_guide_claims_nothing_beyond_what_was_measured():
+    """Issue 49 (F2, F5): the title and the table's rows at the strength of the evidence: no k above the samples per
+    problem, no greedy decoding (every evaluation sampled), no k = 2 row where no arm bought anything at k = 2."""
+    import yaml
+
+    committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
+    guide = " ".join(objective_frontier.GUIDE.read_text().split())
+    cfg = yaml.safe_load((REPO / "recipes" / "configs" / "compare_objectives.yaml").read_text())
+    assert "temperature" in cfg and cfg["temperature"] > 0  # every evaluation is sampled
+    for phrase in ("train for the k you deploy", "pass@1, or greedy", "best of 8 or more", "best of 2-4", "small pass@8"):
+        assert phrase not in guide, phrase
+    assert f"pass@k up to k = {committed['num_samples']}, no further" in guide
+    assert f"sampled at T = {cfg['temperature']}; greedy decoding was not measured" in guide
+    main = committed["main_sets"]
+    at2 = {e["set"]: e["pass@k"]["ci"][1] for e in committed["differences"]
+           if e["set"] in (main["top2of4"], main["maxrl"]) and committed["sets"][e["minus"]]["arm"] == "rloo"}  # fmt: skip
+    assert len(at2) == 2 and all(lo < 0 < hi for lo, hi in at2.values())  # nothing bought at k = 2
+    assert "| best of 4 with a verifier |" in guide and "nothing detectable at k = 2" in guide

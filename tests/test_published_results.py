@@ -52,20 +52,43 @@ def _summary_intervals() -> set[str]:
     return out
 
 
+def _pass16_minus_base() -> dict[str, dict]:
+    """pass@16 of Min@4 (seeds 0-9) and RLOO (seeds 0-9 and 10-24) minus the base model's, per seed, from the
+    committed units: the seed-level t of `compare_seed_level.minus_base` (the base model held fixed)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "recipes"))
+    from compare_replication import pass_at_k
+    from compare_seed_level import minus_base
+    from compare_summary import load_units
+
+    assets = REPO / "recipes" / "assets"
+    ten, rep = load_units(assets / "compare_objectives"), load_units(assets / "compare_objectives_replication")
+    base = pass_at_k(ten["base"], 16)
+    out = {}
+    for key, units, arm, seeds in (("min4 0-9", ten, "min4", range(10)), ("rloo 0-9", ten, "rloo", range(10)),
+                                   ("rloo 10-24", rep, "rloo", range(10, 25))):  # fmt: skip
+        out[key] = minus_base([pass_at_k(units[f"{arm}-s{s}"], 16) for s in seeds], base)
+    return out
+
+
 @pytest.mark.parametrize("where", ["docs/results.md result block", "README caption and results bullet"])
 def test_every_quoted_interval_is_in_the_summary(where):
     """The README also quotes the replication's costs (the frontier report's, test_objective_frontier) and the
-    head-to-head's primaries (its report's)."""
+    head-to-head's primaries and its post hoc between-set interval (its report's); both quote pass@16 against the
+    base model (`_pass16_minus_base`, from the units)."""
     text = _flat(BLOCK) if where.startswith("docs") else _readme_reading()
     quoted = {f"[{lo}, {hi}]" for lo, hi in re.findall(INTERVAL, text)}
     assert len(quoted) >= (20 if where.startswith("docs") else 5)
-    held = _summary_intervals()
+    held = _summary_intervals() | {f"[{_pts(lo)}, {_pts(hi)}]" for t in _pass16_minus_base().values() for lo, hi in [t["ci"]]}
     if not where.startswith("docs"):
         frontier = json.loads((REPO / "recipes" / "assets" / "objective_frontier.json").read_text())
         held |= {f"[{_pts(lo)}, {_pts(hi)}]" for e in frontier["differences"] for m in ("pass@k", "pass^k")
                  for lo, hi in e[m]["ci"]}  # fmt: skip
         h2h = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
         held |= {f"[{_pts(lo)}, {_pts(hi)}]" for t in h2h.get("tests", {}).values() for lo, hi in [t["ci"]]}
+        held |= {f"[{_pts(lo)}, {_pts(hi)}]" for b in h2h.get("between_sets", {}).values()
+                 for lo, hi in [b["random_effects"]["ci"]]}  # fmt: skip
     assert not quoted - held, f"{where} quotes intervals the summary does not hold"
 
 
@@ -131,6 +154,47 @@ def test_base_model_sign_test_is_quoted_from_the_summary():
     assert f"p = {units['p']:.2g} over units, {seeds['p']:.1g} over the {seeds['n']} seeds" in readme
     assert f"{100 * sign['base_pass@1']:.1f}%" in block
     assert f"by {100 * units['min']:.1f} to {100 * units['max']:.1f} points" in block
+
+
+def test_pass16_below_the_base_model_is_quoted_from_the_units():
+    """Beside "all 50 trained units beat the base model's pass@1", its cost at large k (issue 49, F4): the pass@16
+    of Min@4 and of RLOO at seeds 10-24 below the base model's, each interval below 0, quoted as computed."""
+    gaps = _pass16_minus_base()
+    base = f"{100 * gaps['min4 0-9']['base']:.1f}%"
+    block, readme = _flat(BLOCK), _readme_reading()
+
+    def cell(t):
+        return f"{_pts(t['mean'])} [{_pts(t['ci'][0])}, {_pts(t['ci'][1])}]"
+
+    for key in ("min4 0-9", "rloo 10-24"):
+        assert gaps[key]["ci"][1] < 0, key  # "fell below": the interval excludes 0
+    m, r10, r0 = gaps["min4 0-9"], gaps["rloo 10-24"], gaps["rloo 0-9"]
+    assert f"pass@16 fell below the base model's {base} for Min@4, {cell(m)} over its {m['n']} seeds (below at " \
+        f"{m['n'] - m['above']} of {m['n']}), and for RLOO at the replication's seeds 10-24, {cell(r10)} (at seeds 0-9: " \
+        f"{cell(r0)})" in block
+    assert f"pass@16 fell below the base model's {base} for Min@4 ({cell(m)}, {m['n']} seeds) and RLOO at seeds " \
+        f"10-24 ({cell(r10)}; exploratory, the base is one unit)" in readme
+    assert "it is one unit (one evaluation)" in block
+
+
+def test_the_bandit_quotes_each_objective_s_cost_from_its_json():
+    """Beside "each raises its own metric most" (README and docs/results.md), what each gave up (issue 49, F4), as
+    recipes/assets/bandit_diagnostic.json has it: every quoted value fell from the uniform start."""
+    bandit = json.loads((REPO / "recipes" / "assets" / "bandit_diagnostic.json").read_text())
+    start, final = bandit["start"], bandit["final"]
+    falls = [("best_of_k", "mean"), ("best_of_k", "lowertail"), ("mean", "max"), ("worst_of_k", "max")]
+    assert all(final[run][m] < start[m] for m, run in falls)
+
+    def f(x):
+        return f"{x:.3f}"
+
+    results, readme = _flat(RESULTS), _readme_reading() + " " + _flat(README)
+    assert f"best of 4 fell from {f(start['best_of_k'])} to {f(final['mean']['best_of_k'])} under Mean and to " \
+        f"{f(final['lowertail']['best_of_k'])} under the worst of 4, and under best of 4 the mean fell from " \
+        f"{f(start['mean'])} to {f(final['max']['mean'])} and the worst of 4 from {f(start['worst_of_k'])} to " \
+        f"{f(final['max']['worst_of_k'])}" in results
+    assert f"each raises its own metric most (within 0.003 of the optimum) and lowers another (best of 4: worst of 4 " \
+        f"from {f(start['worst_of_k'])} to {f(final['max']['worst_of_k'])})" in readme
 
 
 def test_withdrawn_and_overstated_wordings_are_gone():
