@@ -293,3 +293,36 @@ def test_schedule_follows_verls_global_step(monkeypatch):
         out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm).batch["advantages"]
         expected = trl_path(rows, {"schedule": schedule}, n=6, stage=stage)
         assert torch.allclose(out, expected[:, None] * data.batch["response_mask"], atol=1e-12), verl_step
+
+
+# ------------------------------------------------------------------------------------------ prompt weights
+
+
+@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.4,0.25"])
+def test_prompt_weights_through_verls_dispatch_over_consecutive_steps(weight):
+    """Three steps through verl's `compute_advantage`: the estimator per uid group times the oracle's weight; for
+    `curverl` the window is carried by this (the driver's) process from step to step, and a restart (a new
+    process: the window emptied) makes the next batch its own reference, as docs/verl.md says."""
+    from omegaconf import OmegaConf
+    from prompt_weight_oracle import engine_expected
+
+    engine._windows.clear()
+    settings = {"objective": "ReMax", "k": 3}
+    full = OmegaConf.create({"algorithm": {"adv_estimator": "ordergrad", "ordergrad_prompt_weight": weight,
+                                           "ordergrad_prompt_weight_window": 2,
+                                           **{ENGINE_KEY[key]: value for key, value in settings.items()}},
+                             "actor_rollout_ref": {"rollout": {"n": 8}}})  # fmt: skip
+    adapter.check_config(full)
+    steps = [shuffled_ragged_batch([8, 6, 8, 8, 5, 8], seed=10 + s, binary=True) for s in range(4)]
+    expected = engine_expected([rows for _, rows in steps[:3]], settings, weight, 2, n=8)
+    for (data, _), want in zip(steps[:3], expected):
+        mask = data.batch["response_mask"].clone()
+        out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm).batch["advantages"]
+        assert torch.max(torch.abs(out - want[:, None] * mask)) <= 1e-12
+    assert any(torch.any(w != 0) for w in expected)
+    engine._windows.clear()  # a resumed run's driver starts with an empty window
+    data, rows = steps[3]
+    (want,) = engine_expected([rows], settings, weight, 2, n=8)
+    out = compute_advantage(data, adv_estimator="ordergrad", config=full.algorithm).batch["advantages"]
+    assert torch.max(torch.abs(out - want[:, None] * data.batch["response_mask"])) <= 1e-12
+    engine._windows.clear()
