@@ -231,6 +231,7 @@ HANDLERS = [
     (r"python benchmarks/trainer_step\.py$", check_script(["--rounds", "1", "--steps", "2", "--warmup", "0"])),
     (r"python recipes/bandit_diagnostic\.py$", check_script(["--steps", "3", "--seeds", "1", "--output_dir", "{tmp}"])),
     (r"python docs/generate_config_reference\.py$", check_config_reference),
+    (r"python docs/prompt_weight_bias\.py$", check_script(["--check"])),
     (r"python -m verl\.trainer\.main_ppo\b|bash recipes/verl/", delegated("test_verl_docs")),
     (r"python recipes/verl/prepare_math\.py\b", delegated("test_verl_docs")),
     (r"python -m (ordergrad_trl\.integrations\.skyrl|skyrl\.train\.entrypoints\.main_base)\b", delegated("test_skyrl")),
