@@ -15,6 +15,9 @@ stopped after its training reuses the saved model and only evaluates).
     python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead
                                                         # the pre-registered head-to-head (compare_headtohead.py)
     python recipes/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
+    python recipes/compare_objectives.py --arms curverl maxrl --seeds 40       # CurveRL as published vs MaxRL
+    python recipes/compare_objectives.py --arm 'max8cv=--ordergrad_objective ReMax --ordergrad_k 8
+        --ordergrad_prompt_weight curverl' --arms max8cv --seeds 40            # any objective + prompt weight
     python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
 Arms (dr_grpo loss and no clipping: the gradient is exactly -(1/(N L)) sum_i A_i grad log pi, so the advantage
@@ -26,7 +29,10 @@ is the only difference; with 0/1 rewards it is a per-group weight on (r - group 
 - `min4`: OrderGrad `ReMin` at K=4 (worst of 4: pass^4 for 0/1 rewards);
 - `maxrl`: MaxRL's own estimator, (r - mean) / mean (unbiased for sum_{k<N} pass@k / k, `MaxRL:(N-1)`), an
   exploratory arm at the replication's seeds 10-24, and `max8`'s opponent in the pre-registered head-to-head
-  (seeds 25-39, `compare_headtohead.py`).
+  (seeds 25-39, `compare_headtohead.py`);
+- `curverl`: CurveRL as published, grpo unscaled times CurveRL's prompt weight (a 10-batch window);
+- `--arm NAME=FLAGS`: any objective, estimator and prompt weight (the flags of `compare_summary.ARM_FLAGS`), checked
+  when given. Every unit records its arm's flags (`train_flags`), and a later `--summarize` reads them back.
 Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`). Inference is over seeds (`compare_seed_level.py`: the
 pre-registered primaries, Holm); 95% bootstrap CIs resampling seeds and problems are a secondary view. The units of
@@ -60,6 +66,8 @@ ARMS = {
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
     "maxrl": ["--ordergrad_estimator", "maxrl"],  # replication seeds (exploratory) and the head-to-head
+    # CurveRL as published: grpo unscaled, CurveRL's prompt weight over a 10-batch window (docs/estimators.md)
+    "curverl": ["--ordergrad_estimator", "grpo", "--scale_rewards", "none", "--ordergrad_prompt_weight", "curverl"],
 }
 SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
 SCHEMA = 1
@@ -85,7 +93,7 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            str(REPO / "recipes" / "math_cvar.py"), "--config", str(args.config), "--output_dir", str(model_dir),
-           "--seed", seed, "--eval_before_training", "false", "--max_eval_samples", "0", *ARMS[arm],
+           "--seed", seed, "--eval_before_training", "false", "--max_eval_samples", "0", *args.arm_flags[arm],
            *args.train_overrides]  # fmt: skip
     if args.model_name_or_path:
         cmd += ["--model_name_or_path", args.model_name_or_path]
@@ -151,6 +159,7 @@ def run_unit(unit: str, args, cfg: dict) -> None:
         "seed": None if unit == "base" else int(unit.rsplit("-s", 1)[1]),
         "commit": code_commit(),
         "config": cfg,
+        "train_flags": None if unit == "base" else args.arm_flags[unit.rsplit("-s", 1)[0]],
         "train_overrides": args.train_overrides,
         "train_log": steps,
         "num_samples": args.num_samples,
@@ -165,11 +174,51 @@ def run_unit(unit: str, args, cfg: dict) -> None:
     print(f"[{unit}] done in {result['wall_s']:.0f} s -> {assets / f'{unit}.json'}", flush=True)
 
 
+def defined_arm(spec: str, num_generations: int) -> tuple[str, list[str]]:
+    """`--arm 'NAME=--flag value ...'` -> (NAME, flags), checked now: NAME a new lower-case identifier, the flags those
+    of `compare_summary.ARM_FLAGS`, and the plan they build valid for the config's groups."""
+    import re
+    import shlex
+
+    from compare_summary import plan_of_flags
+
+    name, sep, flags = spec.partition("=")
+    name = name.strip()
+    if not sep or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"--arm {spec!r}: write NAME=FLAGS, NAME a lower-case identifier (letters, digits, _)")
+    if name in ARMS:
+        raise ValueError(f"--arm {spec!r}: {name!r} is a built-in arm ({', '.join(ARMS)}); choose another name")
+    flags = shlex.split(flags)
+    try:
+        plan_of_flags(flags, num_generations)
+    except ValueError as err:
+        raise ValueError(f"--arm {spec!r}: {err}") from None
+    return name, flags
+
+
+def recorded_arms(assets: Path) -> dict[str, list[str]]:
+    """The flags of every arm whose units in `assets` recorded them (`train_flags`), for a later --summarize."""
+    out = {}
+    for path in sorted(assets.glob("*.json")):
+        try:
+            unit = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # the summary names a unit it cannot read
+        if isinstance(unit, dict) and isinstance(unit.get("train_flags"), list) and unit.get("arm") not in ARMS:
+            out.setdefault(unit["arm"], unit["train_flags"])
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units", nargs="*", help="units to run (default: every missing one), e.g. grpo-s0 base")
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS),
-                        help="arms whose missing units run (the summary covers every finished unit)")
+    parser.add_argument("--arms", nargs="*", default=None,
+                        help=f"arms whose missing units run (default: the built-in {', '.join(ARMS)}; the summary "
+                             "covers every finished unit)")  # fmt: skip
+    parser.add_argument("--arm", action="append", default=[], metavar="NAME=FLAGS",
+                        help="define an arm, e.g. 'max8cv=--ordergrad_objective ReMax --ordergrad_k 8 "
+                             "--ordergrad_prompt_weight curverl' (flags: objective, k, estimator and its kwargs, "
+                             "scale_rewards, prompt weight and window); then name it in --arms or --units")  # fmt: skip
     parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS), help="seeds whose missing units run")
     parser.add_argument("--config", default=str(CONFIG), help="training config shared by every arm")
     parser.add_argument("--model_name_or_path", default=None, help="base model (default: the config's)")
@@ -204,11 +253,24 @@ def main():
                                "system_prompt", "num_generations", "learning_rate", "max_steps",
                                "per_device_train_batch_size", "gradient_accumulation_steps") if k in cfg}  # fmt: skip
     sys.path.insert(0, str(REPO))  # eval/ and ordergrad_trl from this checkout
+    assets = Path(args.assets_dir)
+    args.arm_flags = {**ARMS, **recorded_arms(assets)}
+    for spec in args.arm:
+        try:
+            name, flags = defined_arm(spec, cfg.get("num_generations", 16))
+        except ValueError as err:
+            parser.error(str(err))
+        if name in args.arm_flags and args.arm_flags[name] != flags:
+            parser.error(f"--arm {spec!r}: units of arm {name!r} in {assets} recorded other flags "
+                         f"({' '.join(args.arm_flags[name])}); choose another name or --assets_dir")
+        args.arm_flags[name] = flags
+    args.arms = list(ARMS) if args.arms is None else args.arms
+    unknown_arms = [a for a in args.arms if a not in args.arm_flags]
+    if unknown_arms:
+        parser.error(f"--arms {unknown_arms}: valid arms are {', '.join(args.arm_flags)} (define others with --arm)")
     from compare_headtohead import summarize_headtohead  # recipes/, beside this file
     from compare_replication import summarize_replication
     from compare_summary import summarize
-
-    assets = Path(args.assets_dir)
 
     def report() -> None:  # every finished unit, whichever ran now; a unit from another protocol: one line, exit 2
         try:
@@ -217,15 +279,15 @@ def main():
             elif assets.resolve().name == HEADTOHEAD.name:
                 summarize_headtohead(assets, REPLICATION)
             else:
-                summarize(assets, list(ARMS), arm_flags=ARMS, seen_seeds=SEEDS)
+                summarize(assets, list(args.arm_flags), arm_flags=args.arm_flags, seen_seeds=SEEDS)
         except ValueError as e:
             parser.exit(2, f"{parser.prog}: error: {e}\n")
 
     if not args.summarize:
         todo = args.units or unit_names(args.arms, args.seeds)
-        unknown = [u for u in todo if u != "base" and (u.rsplit("-s", 1)[0] not in ARMS or "-s" not in u)]
+        unknown = [u for u in todo if u != "base" and (u.rsplit("-s", 1)[0] not in args.arm_flags or "-s" not in u)]
         if unknown:
-            parser.error(f"--units {unknown}: names are base or ARM-sSEED with ARM in {list(ARMS)}")
+            parser.error(f"--units {unknown}: names are base or ARM-sSEED with ARM in {list(args.arm_flags)}")
         missing = [u for u in todo if not (Path(args.assets_dir) / f"{u}.json").exists()]
         print(f"{len(todo) - len(missing)} of {len(todo)} units done; running {missing}", flush=True)
         # Units are independent processes; a failed one is reported and the others go on.

@@ -85,6 +85,31 @@ def objective_values(correct: torch.Tensor, n: int, objectives: list[tuple[str, 
     return table[correct.long()]
 
 
+ARM_FLAGS = ("--ordergrad_objective", "--ordergrad_k", "--ordergrad_estimator", "--ordergrad_estimator_kwargs",
+             "--scale_rewards", "--ordergrad_prompt_weight", "--ordergrad_prompt_weight_window")  # what an arm may set
+
+
+def plan_of_flags(flags: list[str], n: int):
+    """The trainer's plan of an arm's recipe flags (`--flag value` pairs of `ARM_FLAGS`; unset: the defaults) over
+    groups of n rollouts; `ValueError` naming a flag an arm cannot set, or the plan's own message."""
+    if len(flags) % 2 or any(not isinstance(f, str) for f in flags):
+        raise ValueError(f"arm flags must be '--flag value' pairs, got {flags!r}")
+    opts = _arm_options(flags)
+    unknown = [f for f in opts if f not in ARM_FLAGS]
+    if unknown:
+        raise ValueError(f"an arm cannot set {unknown[0]}; its flags are {', '.join(ARM_FLAGS)}")
+    k, window, kwargs = (opts.get(f"--ordergrad_{name}") for name in ("k", "prompt_weight_window", "estimator_kwargs"))
+    try:
+        k, window, kwargs = (int(k) if k else None, int(window) if window else None,
+                             json.loads(kwargs) if kwargs else None)  # fmt: skip
+    except ValueError as err:
+        raise ValueError(f"arm flags {flags!r}: {err}") from None
+    return build_plan(objective=opts.get("--ordergrad_objective"), k=k, schedule=None, reward_objectives=None,
+                      estimator=opts.get("--ordergrad_estimator"), estimator_kwargs=kwargs,
+                      scale=opts.get("--scale_rewards"), num_generations=n,
+                      prompt_weight=opts.get("--ordergrad_prompt_weight"), prompt_weight_window=window)  # fmt: skip
+
+
 def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[float]]:
     """Each arm's weight on a group with c = 0..n successes of n rollouts, relative to the arm's largest.
 
@@ -99,12 +124,8 @@ def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[flo
     mixed[1:n] = True
     out = {}
     for arm, flags in arm_flags.items():
-        opts = _arm_options(flags)
-        k = opts.get("--ordergrad_k")
-        plan = build_plan(objective=opts.get("--ordergrad_objective"), k=int(k) if k else None, schedule=None,
-                          reward_objectives=None, estimator=opts.get("--ordergrad_estimator"), estimator_kwargs=None,
-                          scale=opts.get("--scale_rewards"), num_generations=n)  # unset flags: the plan's defaults
-        adv = plan.scaled_advantages(groups)  # what the trainer uses
+        adv = plan_of_flags(flags, n).scaled_advantages(groups)  # what the trainer uses (curverl: the groups are
+        # their own reference, every count 1..n-1 once)
         gap = torch.where(mixed, adv[:, -1] - adv[:, 0], 0.0)  # (n+1,) a success's advantage minus a failure's
         out[arm] = (gap / gap.max()).tolist()
     return out

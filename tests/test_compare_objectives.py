@@ -27,6 +27,7 @@ ARM_FLAGS = {
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
     "maxrl": ["--ordergrad_estimator", "maxrl"],
+    "curverl": ["--ordergrad_estimator", "grpo", "--scale_rewards", "none", "--ordergrad_prompt_weight", "curverl"],
 }
 ASCENDING_WEIGHTS = {"rloo": [1.0], "max5": [0, 0, 0, 0, 1.0], "top2of4": [0, 0, 0.5, 0.5], "min4": [1.0, 0, 0, 0]}
 
@@ -113,24 +114,34 @@ def documented() -> list:
 def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assets, work = tmp_path / "cmp", tmp_path / "work"
     (command,) = documented()
-    cmd = [sys.executable, str(REPO / command.argv[1]), "--smoke", "--arms", "max8", "maxrl",
-           "--seeds", "0", "--model_name_or_path", str(tiny_model_dir), "--threads", "1",
+    composed = "max8cv=--ordergrad_objective ReMax --ordergrad_k 8 --ordergrad_prompt_weight curverl"
+    cmd = [sys.executable, str(REPO / command.argv[1]), "--smoke", "--arm", composed, "--arms", "max8", "maxrl",
+           "max8cv", "--seeds", "0", "--model_name_or_path", str(tiny_model_dir), "--threads", "1",
            "--assets_dir", str(assets), "--work_dir", str(work)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     units = {p.stem: json.loads(p.read_text()) for p in assets.glob("*.json")}
-    assert set(units) == {"base", "max8-s0", "maxrl-s0"}  # maxrl: the estimator arm, exploratory (issue 29)
+    assert set(units) == {"base", "max8-s0", "maxrl-s0", "max8cv-s0"}  # maxrl: the estimator arm (issue 29)
     for unit in units.values():
         assert unit["schema"] == 1 and unit["num_samples"] == 4 and len(unit["eval"]["correct"]) == 2
     assert [row["step"] for row in units["max8-s0"]["train_log"]] == [1]
+    assert units["max8cv-s0"]["train_flags"] == composed.split("=", 1)[1].split()  # the unit says what trained it
+    assert units["maxrl-s0"]["train_flags"] == ["--ordergrad_estimator", "maxrl"] and units["base"]["train_flags"] is None
+    prompt_weight = json.loads((work / "max8cv-s0" / "model" / "ordergrad_resolved_config.json").read_text())
+    assert prompt_weight["ordergrad_plan"]["prompt_weight"] == {"weight": "curverl", "window": 10}
     summary = json.loads((tmp_path / "cmp.json").read_text())
-    assert set(summary["arms"]) == {"base", "max8", "maxrl"} and summary["ks"] == [1, 2, 3, 4]
-    assert set(summary["group_weights"]["arms"]) == {"max8", "maxrl"}  # the driver passes each arm's recipe flags
+    assert set(summary["arms"]) == {"base", "max8", "maxrl", "max8cv"} and summary["ks"] == [1, 2, 3, 4]
+    assert set(summary["group_weights"]["arms"]) == {"max8", "maxrl", "max8cv"}  # each arm's recipe flags
     assert (tmp_path / "cmp.md").exists()
-    # resume: nothing left to run, so a rerun only summarizes
+    # resume: nothing left to run, so a rerun only summarizes; a later --summarize reads the defined arm's flags back
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert again.returncode == 0 and "3 of 3 units done; running []" in again.stdout
+    assert again.returncode == 0 and "4 of 4 units done; running []" in again.stdout
+    (tmp_path / "cmp.json").unlink()
+    summarized = subprocess.run([*cmd[:2], "--summarize", "--assets_dir", str(assets)], env=env, capture_output=True,
+                                text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert summarized.returncode == 0, summarized.stderr[-3000:]
+    assert "max8cv" in json.loads((tmp_path / "cmp.json").read_text())["group_weights"]["arms"]
     # a unit interrupted after training (its JSON absent, its model saved) resumes at the evaluation
     (assets / "max8-s0.json").unlink()
     third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -169,6 +180,8 @@ def test_group_weights_match_brute_force_advantages():
                 gaps.append(1 / (std + 1e-4))  # TRL's scale_rewards: advantages / (std + 1e-4)
             elif arm == "maxrl":  # (r - mean) / mean: a success gets (1 - c/n) / (c/n), a failure -1
                 gaps.append(n / c)
+            elif arm == "curverl":  # the n-1 counts fill bins 1..n-1 once: mass / cdf = 1 / c, times r - mean
+                gaps.append(1 / c)
             else:
                 adv = brute_advantage(group, ascending[arm])
                 gaps.append(adv[-1] - adv[0])
@@ -315,3 +328,37 @@ def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_p
 
     assert (tmp_path / "compare_objectives.md").read_bytes() == (published / "compare_objectives.md").read_bytes()
     assert _same(*(json.loads((d / "compare_objectives.json").read_text()) for d in (tmp_path, published)))
+
+
+@pytest.mark.parametrize(
+    "spec,needle",
+    [
+        ("max8", "write NAME=FLAGS"),
+        ("Max8=--ordergrad_k 8", "write NAME=FLAGS"),
+        ("max8=--ordergrad_k 8", "'max8' is a built-in arm"),
+        ("x=--learning_rate 1", "an arm cannot set --learning_rate"),
+        ("x=--ordergrad_k", "'--flag value' pairs"),
+        ("x=--ordergrad_objective ReMax --ordergrad_k 16", "ordergrad_k (16) must be smaller than num_generations (16)"),
+        ("x=--ordergrad_prompt_weight hazard", "ordergrad_prompt_weight='hazard' is unknown"),
+        ("x=--ordergrad_prompt_weight curverl --ordergrad_prompt_weight_window two", "invalid literal"),
+    ],
+)  # fmt: skip
+def test_a_defined_arm_is_checked_when_given(spec, needle):
+    """`--arm NAME=FLAGS` fails before any unit runs, naming what is wrong (the plan's own text for a bad setting)."""
+    sys.path.insert(0, str(REPO / "recipes"))
+    import compare_objectives
+
+    with pytest.raises(ValueError) as info:
+        compare_objectives.defined_arm(spec, 16)
+    assert needle in str(info.value)
+    name, flags = compare_objectives.defined_arm("a_1=--ordergrad_estimator grpo --ordergrad_prompt_weight inverse", 16)
+    assert (name, flags) == ("a_1", ["--ordergrad_estimator", "grpo", "--ordergrad_prompt_weight", "inverse"])
+
+
+def test_curverl_arm_is_curverl_as_published():
+    sys.path.insert(0, str(REPO / "recipes"))
+    import compare_objectives
+
+    plan = compare_summary.plan_of_flags(compare_objectives.ARMS["curverl"], 16)
+    assert (plan.estimator, plan.scale, str(plan.prompt_weight), plan.prompt_weight.window) == (
+        "grpo", "none", "curverl", 10)
