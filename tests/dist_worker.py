@@ -85,14 +85,14 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
     # "binary" (tests/test_trainer_logging.py): 0/1 rewards, both steps in one logging window, then an evaluate()
     binary = mode == "binary"
     # "curverl" (tests/test_prompt_weights_trainer.py): 0/1 rewards and CurveRL's prompt weight with a 1-batch window
-    curverl = mode == "curverl"
+    curverl = mode in ("curverl", "sharded_curverl")
     # "sharded" (tests/test_sharded_cpu.py): under a DeepSpeed launch, which must not be told use_cpu (accelerate
     # then skips DeepSpeed; it finds its CPU accelerator itself) but needs ddp_backend gloo (else accelerate, seeing
     # no GPU backend, counts one process); a checkpoint every step, to resume from
     sharded = mode.startswith("sharded")
     reward_weights = [1.0, 0.0] if binary or curverl else REWARD_WEIGHTS
     extra = dict(logging_steps=2, num_generations_eval=GROUP, per_device_eval_batch_size=6) if binary else {}
-    if curverl:
+    if curverl:  # CurveRL with a 1-batch window: step 2 is weighted against step 1's rates
         extra = dict(ordergrad_prompt_weight="curverl", ordergrad_prompt_weight_window=1)
     if sharded:
         extra = dict(use_cpu=False, ddp_backend="gloo", save_strategy="steps", save_steps=1)
@@ -100,6 +100,8 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
             del extra["ddp_backend"]
         if mode == "sharded_fsdp":  # MULTI_CPU, made FSDP by tests/fsdp_cpu_shim.py
             extra = dict(extra, use_cpu=True)
+        if mode == "sharded_curverl":
+            extra = dict(extra, ordergrad_prompt_weight="curverl", ordergrad_prompt_weight_window=1)
         if mode == "sharded_vllm":
             from vllm_cpu_shim import keep_vllm_cpu_weights
             from vllm_worker import VLLM_ARGS

@@ -153,6 +153,12 @@ def test_two_processes_hold_the_same_window(tiny_model_dir, tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    check_curverl_ranks(ranks)
+
+
+def check_curverl_ranks(ranks: list[dict]) -> None:
+    """Both ranks of tests/dist_worker.py's `curverl` modes (DDP, ZeRO): every rank's advantages equal the oracle on
+    the gathered batch, steps in order through one window, and both ranks hold the same window after each step."""
     cfg = ranks[0]["config"]
     group, weights = cfg["num_generations"], cfg["weights"]
     batches, gathered = [], []

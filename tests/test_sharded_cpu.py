@@ -89,6 +89,23 @@ def test_zero_trains_with_exact_advantages(tiny_model_dir, tmp_path, stage):
     assert sum(p.numel() for p in model.parameters()) == ranks[0]["engine"]["total"]
 
 
+def test_zero3_curverl_holds_one_window_on_both_ranks_and_resumes_it(tiny_model_dir, tmp_path):
+    """Issue 47: CurveRL's prompt weight under ZeRO-3: both ranks' advantages equal the oracle on the gathered batch
+    and both hold the same window; resumed from step 1's checkpoint, step 2 repeats exactly (the window restored
+    from trainer_state.json on each rank)."""
+    from test_prompt_weights_trainer import check_curverl_ranks
+
+    out = tmp_path / "zero3_curverl"
+    ranks = launch("zero3.yaml", tiny_model_dir, out, mode="sharded_curverl")
+    check_curverl_ranks(ranks)
+    resumed = launch("zero3.yaml", tiny_model_dir, tmp_path / "resumed", str(out / "run" / "checkpoint-1"),
+                     mode="sharded_curverl")  # fmt: skip
+    for first, again in zip(ranks, resumed):
+        assert again["calls"][-1]["completion_ids"] == first["calls"][-1]["completion_ids"]
+        assert again["calls"][-1]["advantages"] == first["calls"][-1]["advantages"]
+        assert again["windows"][-1] == first["windows"][-1] and len(again["windows"]) == 1
+
+
 @pytest.mark.parametrize("stage", [2, 3])
 def test_the_recipe_under_zero(tiny_model_dir, tmp_path, stage):
     """docs/multi-gpu.md's command: recipes/math_cvar.py under accelerate_configs/zero{2,3}.yaml on 2 CPU processes,
