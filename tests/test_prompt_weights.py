@@ -317,3 +317,12 @@ def test_consecutive_engine_batches_equal_the_oracle(weight):
     assert any((w != 0).any() for w in expected)
     assert (engine._windows.get("test") is not None) == (weight == "curverl")
     engine._windows.clear()
+
+
+def test_a_schedule_composes_with_a_prompt_weight():
+    r = binary_groups(6, seed=4)
+    p = plan(6, "gaussian:0.5,0.2", estimator="ordergrad", schedule=["0 ReMax@3", "2 Mean@1"])
+    w = torch.exp(-((r.mean(-1, keepdim=True) - 0.5) ** 2) / (2 * 0.2**2))
+    for stage in p.stages:
+        assert torch.allclose(p.scaled_advantages(r, stage), p.advantages(r, stage) * w, rtol=1e-13, atol=1e-15)
+    assert not torch.allclose(p.scaled_advantages(r, p.stages[0]), p.scaled_advantages(r, p.stages[1]))

@@ -49,6 +49,7 @@ def correct(completion_ids, **kwargs):  # None, 0 or 1, deterministic in the com
 
 
 def make(model_dir, tokenizer, output_dir, prompt_weight, window=1, max_steps=3, reward=correct, **extra):
+    rewards = reward if isinstance(reward, list) else [reward]
     args = OrderGradConfig(
         output_dir=str(output_dir), per_device_train_batch_size=4 * G, num_generations=G, ordergrad_k=len(WEIGHTS),
         ordergrad_objective=",".join(map(str, WEIGHTS)), ordergrad_prompt_weight=prompt_weight,
@@ -57,7 +58,7 @@ def make(model_dir, tokenizer, output_dir, prompt_weight, window=1, max_steps=3,
                   dataloader_num_workers=0, seed=0), **extra},
     )  # fmt: skip
     dataset = Dataset.from_dict({"prompt": [f"Question {i}: what is {i} plus {2 * i}?" for i in range(16)]})
-    return Recorder(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=[reward], args=args,
+    return Recorder(model=AutoModelForCausalLM.from_pretrained(model_dir), reward_funcs=rewards, args=args,
                     train_dataset=dataset, processing_class=tokenizer)  # fmt: skip
 
 
@@ -175,3 +176,27 @@ def check_curverl_ranks(ranks: list[dict]) -> None:
         for rank, call in enumerate(calls):
             assert call["advantages"] == pytest.approx(want[rank * n_local : (rank + 1) * n_local], abs=1e-5)
     assert ranks[0]["windows"] == ranks[1]["windows"] and ranks[0]["windows"][-1]["pushed"] == len(batches)
+
+
+def test_per_reward_objectives_compose_with_a_prompt_weight(tiny_model_dir, tiny_tokenizer, tmp_path):
+    """p_hat is read from the weighted sum of the reward functions (a None counting 0, as TRL sums them); the weight
+    multiplies the per-function advantages' sum."""
+
+    def zero(completion_ids, **kwargs):  # weight 0: the sum is `correct` with its None as 0
+        return [0.0] * len(completion_ids)
+
+    trainer = make(tiny_model_dir, tiny_tokenizer, tmp_path / "out", "inverse", max_steps=2, reward=[correct, zero],
+                   ordergrad_reward_objectives=["0.2,0.3,0.5@3", "Mean@1"], reward_weights=[1.0, 0.0])
+    trainer.train()
+    for call in trainer.calls:
+        per_func = call["rewards"]  # (N_global * 2,) flattened rows of (correct, zero)
+        first = per_func[0::2]
+        want = []
+        for s in range(0, len(first), G):
+            group = first[s : s + G]
+            summed = [0.0 if math.isnan(r) else r for r in group]
+            p_hat = sum(summed) / G
+            w = 1 / p_hat if p_hat > 0 else 0.0
+            want += [a * w for a in brute_force_advantages(group, WEIGHTS)]
+        assert call["advantages"] == pytest.approx(want, abs=1e-5)
+    assert any(abs(a) > 0 for c in trainer.calls for a in c["advantages"])
