@@ -226,6 +226,7 @@ HANDLERS = [
     (r"python recipes/objective_frontier\.py$", check_frontier),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
+    (r"python benchmarks/prompt_weight_speed\.py$", check_script(["--repeats", "3", "--quick"], r"curverl / none")),
     (r"python benchmarks/maj_speed\.py$", check_script(["--quick"])),
     (r"python benchmarks/reward_speed\.py\b", check_script(["--items", "16"])),
     (r"python benchmarks/trainer_step\.py$", check_script(["--rounds", "1", "--steps", "2", "--warmup", "0"])),
