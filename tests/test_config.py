@@ -238,3 +238,14 @@ def test_a_field_whose_annotation_cannot_be_resolved_does_not_hide_the_others():
     with pytest.raises(ValueError, match="learning_rate must be a finite number, got nan"):
         check_numeric_fields(Config())
     check_numeric_fields(Config(learning_rate=1e-5))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for machines without a GPU")
+def test_a_config_on_a_machine_without_a_gpu_says_use_cpu_and_bf16_in_one_line(tmp_path):
+    """Issue 51: TRL defaults bf16 on, which a CPU-only machine refuses; the error is one line naming both fixes (it
+    was an AttributeError about `distributed_state`), and following it works."""
+    with pytest.raises(ValueError) as info:
+        OrderGradConfig(output_dir=str(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message and "use_cpu=True and bf16=False" in message and "--bf16 false" in message
+    assert OrderGradConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).bf16 is False

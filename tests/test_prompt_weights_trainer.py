@@ -10,10 +10,8 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy
-import trl
-from packaging.version import InvalidVersion, Version
 from trl import GRPOConfig
 
 from ..core.estimators import estimator_help, estimator_name
@@ -21,7 +16,7 @@ from ..core.plan import (
     warn_about_eval_groups,
 )  # fmt: skip
 from ..core.schedule import ObjectiveStage
-import ordergrad_trl.training.trl_private as trl_private  # TRL and vLLM probing, fenced there
+from .config_checks import check_fields_trl_reads, check_log_ks, check_vllm_version, explain_post_init_error
 from .engine_guard import check_world_size
 from .numeric_fields import check_numeric_fields
 from .passk import default_log_ks
@@ -256,7 +251,7 @@ class OrderGradConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        self._check_fields_trl_reads()
+        check_fields_trl_reads(self)
         check_numeric_fields(self)  # inf, NaN, 1.5 where an integer belongs, out of range: refused by name
         # A copy (dataclasses.replace, a saved config reloaded) carries both of TRL's derived batch fields, which
         # TRL refuses together: re-derive the generation batch, and refuse only a pair that disagrees.
@@ -265,8 +260,8 @@ class OrderGradConfig(GRPOConfig):
             self.generation_batch_size = None
         try:
             super().__post_init__()
-        except ValueError:  # e.g. TRL's batch divisibility, computed with a world size accelerate got wrong
-            check_world_size(self.world_size)
+        except ValueError as err:  # e.g. TRL's batch divisibility, computed with a world size accelerate got wrong
+            explain_post_init_error(self, err)
             raise
         check_world_size(self.world_size)
         if copied is not None and copied != self.generation_batch_size:
@@ -276,7 +271,7 @@ class OrderGradConfig(GRPOConfig):
                 "Set one of them and leave the other None (a dataclasses.replace copy carries TRL's derived values "
                 "of both: pass generation_batch_size=None, steps_per_generation=None to derive them again)."
             )
-        self._check_vllm_version()
+        check_vllm_version(self)
         self.scale_rewards = normalize_scale(self.scale_rewards)  # the CLI's and YAML's bools included
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
@@ -300,61 +295,7 @@ class OrderGradConfig(GRPOConfig):
                 if getattr(self, name) is not None:
                     logger.warning("%s=%r is ignored: %s sets it.", name, getattr(self, name), by)
         warn_about_eval_groups(self.ordergrad_plan, self.num_generations_eval)
-        self._check_log_ks()
-
-    def _check_fields_trl_reads(self):
-        """Fields TRL's `__post_init__` would fail on without naming them (a division by zero, a bare JSON error)."""
-        for name, low in (("num_generations", 2), ("num_generations_eval", 1)):
-            value = getattr(self, name)
-            if (value is not None or name == "num_generations") and (
-                isinstance(value, bool) or not isinstance(value, int) or value < low
-            ):
-                raise ValueError(f"{name} must be an integer >= {low} (rollouts per prompt), got {value!r}.")
-        kwargs = self.ordergrad_estimator_kwargs
-        if isinstance(kwargs, str):  # TrainingArguments parses it (and its values: "3" -> 3) once it is valid JSON
-            try:
-                json.loads(kwargs)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"ordergrad_estimator_kwargs must be a dict or a JSON object string like '{{\"beta\": 2.0}}' "
-                    f"(keys quoted; in YAML also a mapping {{beta: 2.0}}), got {kwargs!r}: not valid JSON ({err.msg})."
-                ) from None
-        checked = (("loss_type", trl_private.trl_loss_types()), ("importance_sampling_level", ("token", "sequence")))
-        for name, valid in checked:
-            value = getattr(self, name)
-            if valid and value is not None and value not in valid:  # TRL checks them only at the first step
-                raise ValueError(f"{name} must be one of {', '.join(map(repr, valid))}, got {value!r}.")
-        weights = self.reward_weights
-        if weights is not None and not isinstance(weights, (list, tuple)):
-            raise ValueError(f"reward_weights must be a list of numbers, one per reward function, got {weights!r}.")
-        if weights:
-            if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights):
-                raise ValueError(f"reward_weights must be finite numbers, one per reward function, got {weights!r}.")
-            if not any(weights):
-                raise ValueError(f"reward_weights are all zero ({weights!r}): every advantage would be 0.")
-            with numpy.errstate(over="ignore"):  # TRL keeps them as a float32 tensor
-                stored = [float(numpy.float32(w)) for w in weights]
-            if not all(map(math.isfinite, stored)) or not any(stored):
-                raise ValueError(
-                    f"reward_weights {weights!r} are {'all zero' if all(map(math.isfinite, stored)) else 'inf'} "
-                    f"in float32, the dtype TRL keeps them in (largest {numpy.finfo(numpy.float32).max:.3g}, smallest "
-                    f"{numpy.finfo(numpy.float32).smallest_subnormal:.3g}): rescale them."
-                )
-
-    def _check_log_ks(self):
-        """A k that no group can give fails here, rather than never being logged."""
-        ks, largest = self.ordergrad_log_ks, max(self.num_generations, self.num_generations_eval or 0)
-        if ks is None:
-            return
-        if isinstance(ks, (str, int)) or not all(isinstance(k, int) and not isinstance(k, bool) for k in ks):
-            raise ValueError(f"ordergrad_log_ks must be a list of integers k >= 1, e.g. [1, 4, 8], got {ks!r}.")
-        bad = [k for k in ks if not 1 <= k <= largest]
-        if bad:
-            raise ValueError(
-                f"ordergrad_log_ks: k={bad[0]} is outside 1..{largest} (the largest group: num_generations="
-                f"{self.num_generations}, num_generations_eval={self.num_generations_eval}); pass@k needs k "
-                "rollouts of the same prompt."
-            )
+        check_log_ks(self)
 
     def ordergrad_ks(self, group_size: int) -> list[int]:
         """The k of the pass@k metrics logged for groups of `group_size` rollouts (ascending, each <= group_size)."""
@@ -378,23 +319,3 @@ class OrderGradConfig(GRPOConfig):
         if self.importance_sampling_level is not None:
             return self.importance_sampling_level
         return "sequence" if self.loss_type == "luspo" else "token"
-
-    def _check_vllm_version(self):
-        """With `use_vllm`, an installed vLLM outside TRL's supported range fails here, not deep in generation."""
-        if not self.use_vllm:
-            return
-        found, supported = trl_private.installed_vllm_version(), trl_private.trl_vllm_range()
-        if found is None:  # TRL's trainer says how to install it; the recipe refuses it first (math_cvar_inputs)
-            return
-        try:
-            version = Version(Version(found).base_version)  # base_version: "0.24.0+cu129" is 0.24.0
-        except InvalidVersion:
-            raise ValueError(f"use_vllm=True: the installed vLLM's version {found!r} is not a version number; "
-                             f"reinstall vllm{supported} or set use_vllm=False.") from None
-        if version not in supported:
-            distribution = (trl_private.installed_vllm() or ("vllm",))[0]
-            raise ValueError(
-                f"use_vllm=True: found vllm {found}, but trl {trl.__version__} supports vllm{supported} (found as the "
-                f"distribution {distribution}). Install a supported one: pip install \"{distribution}{supported}\" (or "
-                "pip install \"ordergrad-trl[vllm]\"), or set use_vllm=False."
-            )

@@ -75,7 +75,7 @@ SEAMS: tuple[Seam, ...] = (
          "profiling/ metrics", params=("trainer", "name")),
     Seam("GRPOConfig", "_VALID_DICT_FIELDS", "ordergrad_trl/training/config.py",
          "extended with ordergrad_estimator_kwargs so that a JSON string from the command line becomes a dict"),
-    Seam("GRPOConfig", "loss_type", "ordergrad_trl/training/config.py", "its help's \"Supported values are "
+    Seam("GRPOConfig", "loss_type", "ordergrad_trl/training/config_checks.py", "its help's \"Supported values are "
          "'...'.\" lists the loss types OrderGradConfig checks at construction", help_of=True,
          pattern=LOSS_TYPE_HELP),
     Seam("TrlParser", "set_defaults_with_config", "recipes/math_cvar.py, ordergrad_trl/evaluation/cli.py",
