@@ -129,15 +129,16 @@ def test_ragged_batches_through_the_engines_path_equal_the_oracle(seed, window):
             assert a == pytest.approx(want, abs=1e-12), (g, groups[g], weights[g])
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_trainers_path_equals_the_oracle_with_unscorable_rollouts(seed):
+@pytest.mark.parametrize("seed,n,groups,steps,window", [(0, 5, 8, 5, 2), (1, 5, 8, 5, 2), (2, 5, 8, 5, 2),
+                                                          (3, 16, 128, 14, 10), (4, 8, 64, 12, 10)])  # fmt: skip
+def test_the_trainers_path_equals_the_oracle_with_unscorable_rollouts(seed, n, groups, steps, window):
     """The (G, N) view the trainer uses, N fixed: B = N + 1, NaN rows left out of p_hat (so rates such as 1/3
-    with B = 6 fall on a bin's edge)."""
-    rng, n = random.Random(seed), 5
+    with B = 6 fall on a bin's edge); also at the sizes users run (N = 16, 128 prompts, CurveRL's window of 10)."""
+    rng = random.Random(seed)
     batches = [[[math.nan if rng.random() < 0.25 else float(rng.random() < q) for _ in range(n)]
-                for q in (rng.random() for _ in range(8))] for _ in range(5)]  # fmt: skip
-    expected = oracle_run(batches, 2)
-    p, state = plan(n, "curverl", 2), PromptWindow(2)
+                for q in (rng.random() for _ in range(groups))] for _ in range(steps)]  # fmt: skip
+    expected = oracle_run(batches, window)
+    p, state = plan(n, "curverl", window), PromptWindow(window)
     for groups, weights in zip(batches, expected):
         rewards = torch.tensor(groups, dtype=torch.float64)
         got, p_hat = p.prompt_weights(rewards, state)
