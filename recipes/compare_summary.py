@@ -165,6 +165,10 @@ def check_units(units: dict[str, dict]) -> tuple[dict, dict]:
         if u["eval"]["problem_ids"] != ids or u["num_samples"] != n or min(u["eval"]["scored"]) != n:
             raise ValueError(f"unit {u['unit']}: other problems or samples than {any_unit['unit']}; rerun it")
         check_counts(u)
+    backends = {u["unit"]: u.get("eval_backend", "hf") for u in units.values()}  # units before it was recorded: hf
+    if len(set(backends.values())) > 1:
+        raise ValueError(f"units sampled their eval with different backends {backends}: rerun the odd ones with "
+                         "--eval_backend, or keep each backend's units in their own --assets_dir")  # fmt: skip
     first_trained = next((u for u in units.values() if u["arm"] != "base"), any_unit)
     for u in units.values():
         keys = EVAL_KEYS if u["arm"] == "base" else (*u.get("config", {}), "train_overrides")

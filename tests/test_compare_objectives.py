@@ -1,5 +1,6 @@
 """recipes/compare_objectives.py: curves against closed forms, the bootstrap summary, and a tiny end-to-end run."""
 
+import importlib.util
 import json
 import math
 import os
@@ -128,6 +129,17 @@ def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assert [row["step"] for row in units["max8-s0"]["train_log"]] == [1]
     assert units["max8cv-s0"]["train_flags"] == composed.split("=", 1)[1].split()  # the unit says what trained it
     assert units["maxrl-s0"]["train_flags"] == ["--ordergrad_estimator", "maxrl"] and units["base"]["train_flags"] is None
+    # a unit reruns from its own record: the recipe's command and the eval's flags, seed, backend and versions
+    record = units["max8cv-s0"]
+    command = record["train_command"]
+    assert command[:2] == ["-m", "accelerate.commands.launch"] and "--output_dir" not in command
+    assert " ".join(record["train_flags"] + record["train_overrides"]) in " ".join(command)
+    assert record["eval_seed"] == 0 and ["--seed", "0"] == record["eval_args"][record["eval_args"].index("--seed"):][:2]
+    assert record["eval_backend"] == ("vllm" if importlib.util.find_spec("vllm") else "hf")
+    assert ["--backend", record["eval_backend"]] == record["eval_args"][record["eval_args"].index("--backend"):][:2]
+    assert set(record["versions"]) == {"torch", "transformers", "trl", "accelerate", "vllm"}
+    assert record["versions"]["torch"] == torch.__version__ and units["base"]["train_command"] is None
+    assert record["train_wall_s"] + record["eval_wall_s"] <= record["wall_s"] + 1
     prompt_weight = json.loads((work / "max8cv-s0" / "model" / "ordergrad_resolved_config.json").read_text())
     assert prompt_weight["ordergrad_plan"]["prompt_weight"] == {"weight": "curverl", "window": 10}
     summary = json.loads((tmp_path / "cmp.json").read_text())
@@ -362,3 +374,13 @@ def test_curverl_arm_is_curverl_as_published():
     plan = compare_summary.plan_of_flags(compare_objectives.ARMS["curverl"], 16)
     assert (plan.estimator, plan.scale, str(plan.prompt_weight), plan.prompt_weight.window) == (
         "grpo", "none", "curverl", 10)
+
+
+def test_units_of_two_eval_backends_are_not_summarized_together(tmp_path):
+    assets = tmp_path / "units"
+    assets.mkdir()
+    for unit, backend in (("rloo-s0", None), ("max8-s0", "vllm")):  # a unit from before the backend was recorded: hf
+        record = {**_unit(unit, [1, 2], 4), "config": {"temperature": 0.7}}
+        (assets / f"{unit}.json").write_text(json.dumps(record if backend is None else {**record, "eval_backend": backend}))
+    with pytest.raises(ValueError, match=r"different backends \{'max8-s0': 'vllm', 'rloo-s0': 'hf'\}"):
+        compare_summary.summarize(assets, ["rloo", "max8"])
