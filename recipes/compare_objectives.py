@@ -69,6 +69,7 @@ ARMS = {
     # CurveRL as published: grpo unscaled, CurveRL's prompt weight over a 10-batch window (docs/estimators.md)
     "curverl": ["--ordergrad_estimator", "grpo", "--scale_rewards", "none", "--ordergrad_prompt_weight", "curverl"],
 }
+DEFAULT_ARMS = ("grpo", "rloo", "max8", "top2of4", "min4", "maxrl")  # the studies' arms: others run when named
 SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
 SCHEMA = 1
 EVAL_SEED = 0  # every unit samples its eval with this seed (its record says so)
@@ -124,13 +125,19 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
     return str(model_dir), steps
 
 
-def eval_backend(choice: str) -> str:
-    """`auto`: vLLM where it is installed (its CPU build runs the eval's sampling 2.1x faster, docs/benchmarks.md),
-    else transformers (`hf`)."""
+def eval_backend(choice: str, assets: Path) -> str:
+    """`auto`: the backend of the units already in `assets` (those recorded before it was: hf), so that a study
+    resumes as it began; for a new study vLLM where it is installed (its CPU build samples 2.1x faster,
+    docs/benchmarks.md), else transformers (`hf`)."""
     import importlib.util
 
     if choice != "auto":
         return choice
+    for path in sorted(assets.glob("*.json")) if assets.is_dir() else []:
+        try:
+            return json.loads(path.read_text()).get("eval_backend", "hf")
+        except (OSError, ValueError, AttributeError):
+            continue  # the summary names a unit it cannot read
     return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
 
 
@@ -275,8 +282,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units", nargs="*", help="units to run (default: every missing one), e.g. grpo-s0 base")
     parser.add_argument("--arms", nargs="*", default=None,
-                        help=f"arms whose missing units run (default: the built-in {', '.join(ARMS)}; the summary "
-                             "covers every finished unit)")  # fmt: skip
+                        help=f"arms whose missing units run (default: {', '.join(DEFAULT_ARMS)}; the summary covers "
+                             "every finished unit)")  # fmt: skip
     parser.add_argument("--arm", action="append", default=[], metavar="NAME=FLAGS",
                         help="define an arm, e.g. 'max8cv=--ordergrad_objective ReMax --ordergrad_k 8 "
                              "--ordergrad_prompt_weight curverl' (flags: objective, k, estimator and its kwargs, "
@@ -303,7 +310,7 @@ def main():
     parser.add_argument("--train_overrides", nargs=argparse.REMAINDER, default=[],
                         help="extra recipe arguments for every arm, e.g. --train_overrides --max_steps 10")  # fmt: skip
     args = parser.parse_args()
-    args.eval_backend = eval_backend(args.eval_backend)
+    args.eval_backend = eval_backend(args.eval_backend, Path(args.assets_dir))
     # units run with cwd=REPO: paths the user gave relative to their own directory are made absolute here
     args.config = str(Path(args.config).expanduser().resolve())
     if args.model_name_or_path and Path(args.model_name_or_path).expanduser().exists():
@@ -329,7 +336,7 @@ def main():
             parser.error(f"--arm {spec!r}: units of arm {name!r} in {assets} recorded other flags "
                          f"({' '.join(args.arm_flags[name])}); choose another name or --assets_dir")
         args.arm_flags[name] = flags
-    args.arms = list(ARMS) if args.arms is None else args.arms
+    args.arms = list(DEFAULT_ARMS) if args.arms is None else args.arms
     unknown_arms = [a for a in args.arms if a not in args.arm_flags]
     if unknown_arms:
         parser.error(f"--arms {unknown_arms}: valid arms are {', '.join(args.arm_flags)} (define others with --arm)")

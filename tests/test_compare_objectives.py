@@ -384,3 +384,18 @@ def test_units_of_two_eval_backends_are_not_summarized_together(tmp_path):
         (assets / f"{unit}.json").write_text(json.dumps(record if backend is None else {**record, "eval_backend": backend}))
     with pytest.raises(ValueError, match=r"different backends \{'max8-s0': 'vllm', 'rloo-s0': 'hf'\}"):
         compare_summary.summarize(assets, ["rloo", "max8"])
+
+
+def test_auto_eval_backend_follows_the_units_already_there(tmp_path):
+    sys.path.insert(0, str(REPO / "recipes"))
+    import compare_objectives
+
+    fresh = "vllm" if importlib.util.find_spec("vllm") else "hf"
+    assert compare_objectives.eval_backend("auto", tmp_path / "none") == fresh
+    assert compare_objectives.eval_backend("hf", tmp_path) == "hf"
+    (tmp_path / "rloo-s0.json").write_text(json.dumps(_unit("rloo-s0", [1], 4)))  # recorded before backends were: hf
+    assert compare_objectives.eval_backend("auto", tmp_path) == "hf"
+    (tmp_path / "rloo-s0.json").write_text(json.dumps({**_unit("rloo-s0", [1], 4), "eval_backend": "vllm"}))
+    assert compare_objectives.eval_backend("auto", tmp_path) == "vllm"
+    assert "curverl" not in compare_objectives.DEFAULT_ARMS and set(compare_objectives.DEFAULT_ARMS) < set(
+        compare_objectives.ARMS)  # CurveRL runs when named: the published studies' folders keep their arms
