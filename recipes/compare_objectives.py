@@ -33,6 +33,11 @@ is the only difference; with 0/1 rewards it is a per-group weight on (r - group 
 - `curverl`: CurveRL as published, grpo unscaled times CurveRL's prompt weight (a 10-batch window);
 - `--arm NAME=FLAGS`: any objective, estimator and prompt weight (the flags of `compare_summary.ARM_FLAGS`), checked
   when given. Every unit records its arm's flags (`train_flags`), and a later `--summarize` reads them back.
+A unit reruns from its own record, without this file's arm table: `train_command` (run as `python <train_command>
+--output_dir DIR` from the repository root), `eval_args` (`python -m eval.run --model DIR <eval_args> --output_dir
+OUT`), `eval_seed`, `eval_backend` (`--eval_backend auto`: the folder's units' backend, for a new folder vLLM where
+installed, its CPU build included, else transformers; units of two backends are not summarized together),
+`versions` (torch, transformers, trl, accelerate, vllm) and `commit`, with `train_wall_s` and `eval_wall_s`.
 Metrics: pass@k and pass^k for k = 1..n from each problem's correct count c of n samples (the U-statistics
 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k), via `lstat_value`). Inference is over seeds (`compare_seed_level.py`: the
 pre-registered primaries, Holm); 95% bootstrap CIs resampling seeds and problems are a secondary view. The units of
