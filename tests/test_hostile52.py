@@ -95,3 +95,99 @@ def test_a_bad_line_is_named_by_both_readers(tmp_path, capsys):
     msg = cli_error(capsys, ["generate", "--backend", "reference", "--datasets", str(data), "--output_dir",
                              str(tmp_path / "run"), "--disable_tqdm"])
     assert f"{data}:2: not valid JSON" in msg
+
+
+# --------------------------------------------------------------------- 2. every write resolves inside the run
+from ordergrad_trl.evaluation import records  # noqa: E402
+from ordergrad_trl.evaluation.errors import UsageError  # noqa: E402
+from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock  # noqa: E402
+
+ROW = {"id": "a", "sample": 0}
+# every writer of a run file, as (name, call on a path)
+WRITERS = {
+    "append_jsonl": lambda p: records.append_jsonl(p, [ROW]),
+    "write_jsonl_atomic": lambda p: records.write_jsonl_atomic(p, [ROW]),
+    "write_json_atomic": lambda p: records.write_json_atomic(p, {"a": 1}),
+    "write_bytes_atomic": lambda p: records.write_bytes_atomic(p, b"x\n"),
+    "repair_tail": lambda p: records.repair_tail(p),
+}
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def _other_run(tmp_path: Path) -> Path:
+    other = tmp_path / "other"
+    (other / "ds").mkdir(parents=True)
+    (other / "ds" / "rows.jsonl").write_bytes(b'{"id": "keep"}\n{"partial')  # repair_tail would cut it
+    return other
+
+
+@pytest.mark.parametrize("swap", ["run_dir_to_link", "run_dir_moved", "dataset_dir_to_link"])
+def test_no_writer_follows_a_swap_out_of_the_locked_run(tmp_path, swap):
+    """Every writer, after the run directory (or a dataset folder inside it) is swapped for a link to another
+    run while the stage holds its lock: the write stops with a UsageError and the other run is untouched."""
+    other = _other_run(tmp_path)
+    before = _tree(other)
+    out = tmp_path / "run"
+    (out / "ds").mkdir(parents=True)
+    (out / "ds" / "rows.jsonl").write_bytes(b'{"partial')
+    with writer_lock(out, "generate"):
+        acquire(out)
+        if swap == "run_dir_to_link":
+            out.rename(tmp_path / "aside")
+            out.symlink_to(other)
+        elif swap == "run_dir_moved":
+            out.rename(tmp_path / "aside")
+            out.mkdir()
+            (out / "ds").symlink_to(other / "ds")
+        else:
+            (out / "ds").rename(out / "ds_aside")
+            (out / "ds").symlink_to(other / "ds")
+        for name, write in WRITERS.items():
+            with pytest.raises(UsageError) as err:
+                write(out / "ds" / "rows.jsonl")
+            assert str(out) in str(err.value), (name, err.value)
+            assert _tree(other) == before, name
+
+
+def test_writes_inside_a_locked_run_land_there(tmp_path):
+    """The descriptor-relative writers still write what they wrote before (the run's own files)."""
+    out = tmp_path / "run"
+    (out / "ds").mkdir(parents=True)
+    with writer_lock(out, "generate"):
+        acquire(out)
+        for name, write in WRITERS.items():
+            path = out / "ds" / f"{name}.jsonl"
+            path.write_bytes(b'{"id": 1}\n{"cut')
+            write(path)
+            assert path.read_bytes().endswith(b"\n"), name
+            assert not path.is_symlink() and oct(path.stat().st_mode & 0o777) == "0o644", name
+    assert not [p for p in (out / "ds").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling_symlink", "hardlink", "fifo"])
+def test_the_lock_file_is_never_written_through(tmp_path, capsys, kind):
+    """A lock file beside the run that is a link (to a file, or to nowhere), a hard link or a FIFO: `run` stops
+    with one line naming it; the victim keeps its bytes and nothing is created elsewhere."""
+    import os
+
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious\n")
+    out = tmp_path / "run"
+    lock = lock_path(out)
+    if kind == "symlink":
+        lock.symlink_to(victim)
+    elif kind == "dangling_symlink":
+        lock.symlink_to(tmp_path / "elsewhere" / "made.txt")
+        (tmp_path / "elsewhere").mkdir()
+    elif kind == "hardlink":
+        os.link(victim, lock)
+    else:
+        os.mkfifo(lock)
+    msg = cli_error(capsys, ["run", "--backend", "reference", "--datasets", "arithmetic", "--limit", "2",
+                             "--num_samples", "1", "--output_dir", str(out), *FLAGS])
+    assert str(lock) in msg, msg
+    assert victim.read_bytes() == b"precious\n"
+    assert not (tmp_path / "elsewhere" / "made.txt").exists()

@@ -31,12 +31,13 @@ Replacements go through a uniquely named temporary in the same folder (`write_by
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import secrets
 import stat
-import tempfile
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -190,34 +191,43 @@ def repair_tail(path: str | os.PathLike) -> None:
     path = Path(path)
     if not path.is_file():
         return
-    _own(path)
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
+    with _in_folder(path) as (folder, name):
+        _own(path, folder, name)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW, dir_fd=folder)
+        except FileNotFoundError:
             return
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return
-        # only the last line is read: a scan back to the previous newline, whatever the file's size
-        start = size
-        while start > 0:
-            step = min(start, 1 << 16)
-            f.seek(start - step)
-            block = f.read(step)
-            cut = block.rfind(b"\n")
-            if cut >= 0:
-                start = start - step + cut + 1
-                break
-            start -= step
-        f.seek(start)
-        tail = f.read()
-        if tail.strip() and _row(tail) is not None:
-            f.seek(0, os.SEEK_END)
-            f.write(b"\n")
-        else:
-            f.truncate(start)
-        f.flush()
-        os.fsync(f.fileno())
+        with os.fdopen(fd, "rb+") as f:
+            _repair(f)
+
+
+def _repair(f) -> None:
+    size = f.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    f.seek(-1, os.SEEK_END)
+    if f.read(1) == b"\n":
+        return
+    # only the last line is read: a scan back to the previous newline, whatever the file's size
+    start = size
+    while start > 0:
+        step = min(start, 1 << 16)
+        f.seek(start - step)
+        block = f.read(step)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            start = start - step + cut + 1
+            break
+        start -= step
+    f.seek(start)
+    tail = f.read()
+    if tail.strip() and _row(tail) is not None:
+        f.seek(0, os.SEEK_END)
+        f.write(b"\n")
+    else:
+        f.truncate(start)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _json_bytes(obj, **kwargs) -> bytes:
@@ -247,19 +257,47 @@ def _no_links(path: Path) -> None:
         refuse_link(p)
 
 
-def _own(path: Path) -> None:
+@contextlib.contextmanager
+def _in_folder(path: Path):
+    """(folder descriptor or None, the name to open relative to it): inside a run this process has locked, the
+    folder is reached from the locked run directory without following any link (`lock.open_folder`), so a write
+    lands in the run it locked or stops; elsewhere (None) the path itself, checked for links."""
+    from .lock import open_folder
+
+    folder = open_folder(path)
+    if folder is None:
+        _no_links(path)
+    try:
+        yield folder, (path.name if folder is not None else str(path))
+    finally:
+        if folder is not None:
+            os.close(folder)
+
+
+def _no_space(path: Path, err: OSError) -> None:
+    """A full disk (or quota) names the file; what was written before stays, and a rerun resumes."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise UsageError(f"{path}: {err.strerror} while writing it; the rows written before are kept: free space "
+                         "(or pass another --output_dir) and rerun the same command to resume") from None
+
+
+def _own(path: Path, folder: int | None = None, name: str | None = None) -> None:
     """Make `path` safe to change in place: no symbolic link on the way (`_no_links`), and a file with other hard
     links gets a copy of its own first, so that no write lands in a file another run shares."""
-    _no_links(path)
+    name = str(path) if name is None else name
     try:
-        st = os.lstat(path)
+        st = os.stat(name, dir_fd=folder, follow_symlinks=False)
     except FileNotFoundError:
         return
+    if stat.S_ISLNK(st.st_mode):
+        refuse_link(path)
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{path}: not a regular file; move it away or use a new --output_dir")
     if st.st_nlink > 1:
-        with open(path, "rb") as f:
-            write_bytes_atomic(path, f.read())  # a new inode: the other links keep the old data
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=folder)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        _replace(path, folder, name, data)  # a new inode: the other links keep the old data
         logger.warning("%s had %d other hard link(s) (a run copied with cp -al or rsync --link-dest?): copied it "
                        "to a file of its own before writing, so the other copy stays as it was", path, st.st_nlink - 1)
 
@@ -269,35 +307,72 @@ def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     lines = [_line(r) for r in rows]
     if not lines:
         return
-    _own(Path(path))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        for line in lines:
-            view = memoryview(line)
-            while view:  # a regular file takes the whole line at once; a short write is finished, not lost
-                view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Replace `path` whole: a reader, or a second writer at once, sees the old file or the new one, never half.
-    The temporary has a unique name (two writers never share one) and never follows a link."""
     path = Path(path)
-    _no_links(path)  # a hard-linked `path` needs nothing: the rename gives it a new inode
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with _in_folder(path) as (folder, name):
+        _own(path, folder, name)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644,
+                         dir_fd=folder)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                refuse_link(path)
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{path}: not a regular file; move it away or use a new --output_dir")
+            for line in lines:
+                view = memoryview(line)
+                while view:  # a regular file takes the whole line at once; a short write is finished, not lost
+                    view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as err:
+            _no_space(path, err)
+            raise
+        finally:
+            os.close(fd)
+
+
+def _replace(path: Path, folder: int | None, name: str, data: bytes) -> None:
+    tmp_dir = None if folder is not None else str(path.parent)
+    base = path.name
+    for _ in range(100):
+        tmp = f".{base}.{secrets.token_hex(4)}.tmp"
+        tmp_name = tmp if folder is not None else os.path.join(tmp_dir, tmp)
+        try:
+            fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise UsageError(f"{path}: could not create a temporary file beside it")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
+            os.fchmod(f.fileno(), 0o644)
+        os.replace(tmp_name, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException as err:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp_name, dir_fd=folder)
+        if isinstance(err, OSError):
+            _no_space(path, err)
         raise
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace `path` whole: a reader, or a second writer at once, sees the old file or the new one, never half.
+    The temporary has a unique name (two writers never share one) and never follows a link; inside a locked run
+    both are made relative to the locked run directory (`_in_folder`)."""
+    path = Path(path)
+    with _in_folder(path) as (folder, name):
+        try:
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            refuse_link(path)  # a hard-linked `path` needs nothing: the rename gives it a new inode
+        _replace(path, folder, name, data)
 
 
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> None:
