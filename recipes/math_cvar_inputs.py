@@ -95,6 +95,12 @@ def check_inputs(script_args, training_args, model_args) -> None:
                              "Hub id")
         if path.is_dir() and not (path / "config.json").is_file():
             raise InputError(f"model_name_or_path {model}: the folder has no config.json (not a saved model)")
+        if path.is_dir():
+            from ordergrad_trl.evaluation.modeling import weights_problem
+
+            problem = weights_problem(path)
+            if problem:
+                raise InputError(f"model_name_or_path {model}: {problem}")
         if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model):
             raise InputError(f"model_name_or_path {model}: no such folder (relative to {Path.cwd()}), and not a "
                              "Hub id (org/name)")

@@ -451,3 +451,211 @@ def test_the_recipe_refuses_before_the_model_loads(tmp_path, recipe, record, mon
     data = (datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}]), None)
     with pytest.raises(recipe.InputError, match="ordergrad_objective"):
         recipe.main(script, training, model, data=data)
+
+
+# ------------------------------------------------------------ 5. one line, exit 2, for every failure left
+import errno  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+
+REPORT = ["--bootstrap_samples", "20", "--plot", "false", "--disable_tqdm"]
+
+
+def _ref(out: Path, *extra) -> list[str]:
+    return ["run", "--backend", "reference", "--datasets", "arithmetic", "--limit", "3", "--num_samples", "2",
+            "--output_dir", str(out), *FLAGS, *extra]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hostile52") / "run"
+    main(_ref(out))
+    return out
+
+
+@pytest.fixture
+def run(finished, tmp_path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    return out
+
+
+def _pass1(out: Path) -> float:
+    return main(["report", "--output_dir", str(out), *REPORT])["datasets"]["arithmetic"]["metrics"]["pass@1"]["value"]
+
+
+def test_only_the_runs_own_generation_files_are_read(run):
+    """Every stray name the old glob matched (a backup beside the real file): never read, never checked."""
+    from ordergrad_trl.evaluation.records import generation_files, kind_of
+
+    gen = run / "arithmetic" / "generations.jsonl"
+    stray = ["generations.bak.jsonl", "generations.old.jsonl", "generations.rank1.bak.jsonl", "generations-2.jsonl",
+             "generationsX.jsonl", "generations.rank.jsonl"]
+    for name in stray:
+        (run / "arithmetic" / name).write_text("not even JSON\n")
+        assert kind_of(run / "arithmetic" / name) is None
+    assert generation_files(run / "arithmetic") == [gen]
+    assert _pass1(run) == 1.0
+    assert kind_of(run / "arithmetic" / "generations.rank12.jsonl") == "generations"
+
+
+@pytest.mark.parametrize("flag, value", [("--num_samples", "1"), ("--limit", "2")])
+def test_a_rerun_asking_for_less_than_the_run_holds_is_refused(run, capsys, flag, value):
+    argv = _ref(run)
+    argv[argv.index(flag) + 1] = value
+    assert cli_error(capsys, argv).startswith(f"ordergrad-eval run: error: {flag} {value}: ")
+    main(_ref(run))  # the same flags again: fine
+    more = _ref(run)
+    more[more.index("--num_samples") + 1] = "3"
+    main(more)  # more samples: added
+
+
+def test_a_breakdown_field_no_problem_has_is_named(run, capsys):
+    msg = cli_error(capsys, ["report", "--output_dir", str(run), *REPORT, "--breakdown", "op", "nosuchfield"])
+    assert "--breakdown nosuchfield" in msg and "op" in msg
+    main(["report", "--output_dir", str(run), *REPORT, "--breakdown", "op"])
+
+
+@pytest.mark.parametrize("name", ["problems.jsonl", "generations.jsonl", "scores.jsonl"])
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_row_file_that_is_not_a_file_is_named(run, capsys, name, kind):
+    path = run / "arithmetic" / name
+    path.unlink()
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    for stage in (["score", "--output_dir", str(run), "--reward_workers", "1", "--disable_tqdm"],
+                  ["report", "--output_dir", str(run), *REPORT]):
+        msg = cli_error(capsys, stage)
+        assert str(path) in msg and ("FIFO" in msg or "directory" in msg), msg
+
+
+def test_a_cut_problems_file_is_healed_by_the_hint(run, capsys):
+    """F43: the refusal's hint (rerun generate with the same flags) works, and every stage passes after it."""
+    path = run / "arithmetic" / "problems.jsonl"
+    path.write_bytes(path.read_bytes()[:-40])
+    msg = cli_error(capsys, ["report", "--output_dir", str(run), *REPORT])
+    assert "rerun generate with the same flags" in msg
+    argv = _ref(run)
+    argv[0] = "generate"
+    main([a for a in argv if a not in ("--reward_workers", "1", "--bootstrap_samples", "20", "--plot", "false")])
+    assert _pass1(run) == 1.0
+
+
+def test_a_full_disk_names_the_file_and_keeps_what_was_written(tmp_path, monkeypatch):
+    path = tmp_path / "rows.jsonl"
+    records.append_jsonl(path, [ROW])
+    before = path.read_bytes()
+    real = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(UsageError, match=f"{path}: No space left on device"):
+        records.append_jsonl(path, [ROW])
+    monkeypatch.setattr(os, "write", real)
+    assert path.read_bytes() == before
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
+    with pytest.raises(UsageError, match=f"{path}: No space left"):
+        records.write_json_atomic(path, {"a": 1})
+    monkeypatch.undo()
+    assert path.read_bytes().startswith(before) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_numpy_numbers_reach_evaluate_as_numbers(tmp_path):
+    import numpy as np
+
+    from ordergrad_trl.evaluation.run import evaluate
+
+    rep = evaluate(output_dir=tmp_path / "run", backend="reference", datasets=["arithmetic"], limit=np.int64(2),
+                   num_samples=np.int32(2), bootstrap_samples=np.int32(20), reward_workers=np.int8(1),
+                   ci_level=np.float32(0.9), plot=np.bool_(False), disable_tqdm=True)
+    assert rep["datasets"]["arithmetic"]["metrics"]["pass@1"]["value"] == 1.0
+
+
+@pytest.mark.parametrize("text, named", [
+    ("on: 1\n", "'on' is read as the bool True"),
+    ("learning_rate: 1.0e-5\nyes: 2\n", ":2: the key 'yes'"),
+    ("1: x\n", "the int 1"),
+])
+def test_a_yaml_key_that_is_no_flag_name_is_named(tmp_path, text, named):
+    from ordergrad_trl.yaml_config import load_yaml_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=named):
+        load_yaml_config(path)
+
+
+def test_yaml_merge_keys_work_and_a_key_twice_is_still_refused(tmp_path):
+    from ordergrad_trl.yaml_config import load_yaml_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("<<: &base {learning_rate: 2.0e-5, max_steps: 3}\nmax_steps: 4\n")
+    assert load_yaml_config(path) == {"learning_rate": 2.0e-5, "max_steps": 4}
+    path.write_text("max_steps: 3\nmax_steps: 4\n")
+    with pytest.raises(ValueError, match="given twice"):
+        load_yaml_config(path)
+
+
+@pytest.mark.parametrize("damage", ["no_weights", "truncated", "bad_header", "header_cut"])
+def test_a_model_folder_that_cannot_load_is_named(tiny_model_dir, tmp_path, capsys, damage):
+    from ordergrad_trl.evaluation.modeling import weights_problem
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    if damage == "no_weights":
+        weights.unlink()
+    elif damage == "truncated":
+        weights.write_bytes(data[: len(data) - 100])
+    elif damage == "bad_header":
+        weights.write_bytes(data[:8] + b"{" * 20 + data[28:])
+    else:
+        weights.write_bytes(data[:20])
+    assert weights_problem(model)
+    msg = cli_error(capsys, ["generate", "--model", str(model), "--datasets", "arithmetic", "--limit", "1",
+                             "--output_dir", str(tmp_path / "run"), "--disable_tqdm"])
+    assert f"--model {model}: " in msg
+    assert weights_problem(tiny_model_dir) is None
+
+
+def test_a_lone_surrogate_is_named_by_file_and_line(tmp_path, capsys):
+    data = tmp_path / "s.jsonl"
+    data.write_text('{"question": "a", "answer": 1}\n{"question": "x \\ud800 y", "answer": 2}\n')
+    with pytest.raises(ValueError, match=rf"{data}:2: 'question' holds a lone surrogate \\ud800"):
+        load_math_dataset(str(data))
+    msg = cli_error(capsys, ["generate", "--backend", "reference", "--datasets", str(data), "--output_dir",
+                             str(tmp_path / "run"), "--disable_tqdm"])
+    assert f"{data}:2: 'question' holds a lone surrogate" in msg
+
+
+def test_a_reward_that_returns_a_generator_or_lacks_its_column_is_named():
+    from ordergrad_trl.tasks.rewards import math_reward
+    from ordergrad_trl.training.reward_checks import check_reward_values
+
+    for once in ((x for x in [1.0, 0.0]), iter([1.0, 0.0]), map(float, [1, 0])):
+        with pytest.raises(TypeError, match="reward function 'mine' returned a .*read only once"):
+            check_reward_values("mine", once, 2)
+    check_reward_values("mine", [1.0, None], 2)
+    with pytest.raises(ValueError, match="math_reward: the dataset has no 'answer' column .*solution"):
+        math_reward(["\\boxed{1}"], prompts=["p"], solution=["1"])
+
+
+def test_the_recipe_names_a_model_without_a_chat_template(tiny_model_dir, tmp_path, recipe):
+    """The recipe's prompts are chat messages: a tokenizer without a template is one InputError, before training."""
+    import datasets
+    from trl import ModelConfig
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    script = recipe.MathScriptArguments(dataset_name="arithmetic", max_eval_samples=0)
+    training = _config(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4,
+                       num_generations=4, max_completion_length=4)
+    data = (datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}] * 4), None)
+    with pytest.raises(recipe.InputError, match="has no chat template"):
+        recipe.main(script, training, ModelConfig(model_name_or_path=str(model)), data=data)

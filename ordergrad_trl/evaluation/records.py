@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import stat
 import zlib
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "GEN_GLOB",
+    "generation_files",
     "LEGACY_CONFIG",
     "MERGED_DIR",
     "PLOT",
@@ -74,7 +76,14 @@ __all__ = [
     "write_jsonl_atomic",
 ]
 
-GEN_GLOB = "generations*.jsonl"
+GEN_GLOB = "generations*.jsonl"  # candidates only: `generation_files` keeps the run's own names
+GEN_NAME = re.compile(r"^generations(\.rank\d+)?\.jsonl$")  # generations.jsonl, generations.rank<r>.jsonl
+
+
+def generation_files(folder: str | os.PathLike) -> list[Path]:
+    """The generation files of a dataset folder, in name order: `generations.jsonl` and the data-parallel ranks'
+    `generations.rank<r>.jsonl`, and nothing else (a `generations.bak.jsonl` copy beside them is not read)."""
+    return sorted(p for p in Path(folder).glob(GEN_GLOB) if GEN_NAME.match(p.name))
 # What a run directory holds besides its datasets' folders (a dataset may not take one of these names)
 PROVENANCE = "provenance.json"
 LEGACY_CONFIG = "generation_config.json"  # written before provenance.json: sampling settings only
@@ -127,7 +136,7 @@ def kind_of(path: Path) -> str | None:
         return "problems"
     if path.name == "scores.jsonl":
         return "scores"
-    return "generations" if path.match(GEN_GLOB) else None
+    return "generations" if GEN_NAME.match(path.name) else None
 
 
 def row_key(kind: str, row: dict):
@@ -154,8 +163,16 @@ def read_numbered(path: str | os.PathLike, kind: str | None = None) -> list[tupl
     (`kind_of` its name when not given): a row of the wrong shape is a UsageError naming file:line. Of rows with
     one key the first wins. A cut last line is skipped; a bad line elsewhere is a UsageError naming file:line."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
         return []
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read it ({err.strerror or err})") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block the read; a folder is no run file either
+        what = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise UsageError(f"{path}: {what}, where the run keeps a file of rows; move it away (the stage that writes "
+                         "it makes it again)")
     kind = kind or kind_of(path)
     lines = path.read_bytes().split(b"\n")  # the last item is what follows the final newline (b"" if none)
     parsed = []
@@ -386,7 +403,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
 def read_samples(dataset_dir: str | os.PathLike) -> dict[tuple[str, int], dict]:
     """All generated samples of one dataset directory, merged over rank files: {(id, sample): row}."""
     out: dict[tuple[str, int], dict] = {}
-    for file in sorted(Path(dataset_dir).glob(GEN_GLOB)):
+    for file in generation_files(dataset_dir):
         for row in read_jsonl(file, "generations"):
             out.setdefault((row["id"], row["sample"]), row)
     return out
@@ -400,7 +417,7 @@ def dataset_dirs(output_dir: str | os.PathLike) -> list[Path]:
     if not out.is_dir():
         return []
     return sorted(d for d in out.iterdir() if d.name != MERGED_DIR and d.is_dir() and (
-        (d / "problems.jsonl").exists() or (d / "scores.jsonl").exists() or any(d.glob(GEN_GLOB))))
+        (d / "problems.jsonl").exists() or (d / "scores.jsonl").exists() or generation_files(d)))
 
 
 def completion_crc(text: str) -> int:

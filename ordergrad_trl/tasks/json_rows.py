@@ -57,7 +57,9 @@ def _rows_of_lines(data: bytes, where: str) -> list[tuple[str, Any]]:
             raise DataFileError(f"{where}:{i}: not UTF-8 (byte {line[err.start]:#04x} at column {err.start + 1}); "
                                 "save the file as UTF-8") from None
         try:
-            rows.append((f":{i}", _loads(text)))
+            row = _loads(text)
+            _no_surrogates(row, f"{where}:{i}")
+            rows.append((f":{i}", row))
         except json.JSONDecodeError as err:
             raise DataFileError(f"{where}:{i}: not valid JSON ({err.msg} at column {err.colno})") from None
         except RecursionError:
@@ -65,6 +67,26 @@ def _rows_of_lines(data: bytes, where: str) -> list[tuple[str, Any]]:
         except _TooLong as err:
             raise DataFileError(f"{where}:{i}: {err}") from None
     return rows
+
+
+def _no_surrogates(value: Any, where: str, field: str | None = None) -> None:
+    """DataFileError when a string holds a lone surrogate (`\\ud800` written in JSON): no character, and no
+    tokenizer or UTF-8 writer can take it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            code = ord(value[err.start])
+            raise DataFileError(f"{where}: {field or 'a value'!r} holds a lone surrogate \\u{code:04x} at character "
+                                f"{err.start + 1}, which is no character (JSON can write it, text cannot hold it); "
+                                "remove it or write the character it was meant to be") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_surrogates(k, where, field)
+            _no_surrogates(v, where, k if field is None else field)
+    elif isinstance(value, list):
+        for v in value:
+            _no_surrogates(v, where, field)
 
 
 def read_rows(path: str | Path, where: str | None = None) -> list[tuple[str, Any]]:
@@ -84,7 +106,10 @@ def read_rows(path: str | Path, where: str | None = None) -> list[tuple[str, Any
         except _TooLong as err:
             raise DataFileError(f"{where}: {err}") from None
         # the document keeps no line numbers per row: name the row by its place in the list
-        return [(f" row {i}", r) for i, r in enumerate(doc, 1)] if isinstance(doc, list) else [(":1", doc)]
+        rows = [(f" row {i}", r) for i, r in enumerate(doc, 1)] if isinstance(doc, list) else [(":1", doc)]
+        for at, row in rows:
+            _no_surrogates(row, f"{where}{at}")
+        return rows
     return _rows_of_lines(data, where)
 
 
