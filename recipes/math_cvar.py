@@ -57,14 +57,16 @@ from ordergrad_trl.tasks.data import get_math_set, load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
 from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
 from ordergrad_trl.training.engine_guard import EngineMismatch
-from ordergrad_trl.training.run_identity import RunIdentityError, check_run, field_defaults
 from ordergrad_trl.training.resolved_config import (
     RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
 )
+from ordergrad_trl.training.run_identity import RunIdentityError, check_run, field_defaults
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from math_cvar_inputs import InputError, check_inputs, held_warnings, quiet_progress  # noqa: E402
+from math_cvar_inputs import (  # noqa: E402
+    InputError, check_chat_template, check_inputs, held_warnings, quiet_progress,
+)
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
 
@@ -276,12 +278,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         raise InputError(f"model_name_or_path {model_args.model_name_or_path}: cannot load it ({err})") from None
     except EngineMismatch as err:  # the launch asked for an engine the trainer did not build: a setting to fix
         raise InputError(str(err)) from None
-    template_of = trainer.processing_class
-    if not getattr(template_of, "chat_template", None) and not getattr(getattr(template_of, "tokenizer", None),
-                                                                       "chat_template", None):
-        raise InputError(f"model_name_or_path {model_args.model_name_or_path}: its tokenizer has no chat template, "
-                         "and the recipe's prompts are chat messages; use an instruct/chat model, or add a "
-                         "chat_template to its tokenizer_config.json")
+    check_chat_template(trainer.processing_class, model_args.model_name_or_path)  # the prompts are chat messages
 
     # 5. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
     n = training_args.num_generations

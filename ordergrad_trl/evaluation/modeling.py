@@ -71,6 +71,15 @@ def weights_problem(path: Path) -> str | None:
         return ("holds no weights (no *.safetensors, pytorch_model*.bin or *.gguf file); pass the folder the "
                 "trainer saved the model into")
     for p in weights:
+        if p.name.endswith(".index.json"):  # a sharded checkpoint: every shard its index names must be there
+            try:
+                shards = sorted(set(json.loads(p.read_bytes())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                return f"{p.name} is not a readable weight index ({type(err).__name__}: {err}); save the model again"
+            missing = [name for name in shards if not (path / str(name)).is_file()]
+            if missing:
+                return f"{p.name} names {len(missing)} shard(s) the folder lacks ({', '.join(missing[:3])})"
+            continue
         if not p.name.endswith(".safetensors"):
             continue
         size = p.stat().st_size

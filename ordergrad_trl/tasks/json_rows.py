@@ -1,7 +1,7 @@
-"""The one reader of `.jsonl` / `.json` data files, for the eval (`ordergrad-eval --datasets file`) and training
-(`load_math_dataset(file)`, the recipe's `--dataset_name file`) alike.
+"""The one reader of `.jsonl` / `.json` data files, for the eval and for training alike, every number exact.
 
-Every JSON number keeps its exact value: integers as Python ints (any size), other numbers as `Decimal` of their
+Used by `ordergrad-eval --datasets file` (its checker) and `load_math_dataset(file)` (the recipe's `--dataset_name
+file`, and the eval's loader). Every JSON number keeps its exact value: integers as Python ints (any size), other numbers as `Decimal` of their
 literal text, so no gold passes through float64 (`9007199254740993` or `100000000000000000001` written as a JSON
 number stays that integer). The rows then go to Arrow column by column (`to_dataset`): a column of integers that
 fit int64 stays integer, a column of numbers that float64 holds exactly becomes float, and any other column of

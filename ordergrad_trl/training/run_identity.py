@@ -1,5 +1,4 @@
-"""A checkpoint knows its run: a resume continues the run its checkpoint belongs to, and a new run never lands on
-another run's files.
+"""A checkpoint knows its run: a resume continues its own run only, and a new run never lands on another's files.
 
 Every run of the recipe writes its resolved settings (`resolved_config.RESOLVED_CONFIG`) into `output_dir` and into
 each `checkpoint-<step>/`. Before anything loads:
