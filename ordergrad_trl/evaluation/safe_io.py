@@ -35,6 +35,13 @@ def refuse_link(p: Path, error: type[UsageError] = UsageError) -> None:
                     "--output_dir")
 
 
+def _link(path: Path) -> None:
+    """The refusal of `refuse_link`, also when the link seen through a descriptor is gone from `path` by now."""
+    refuse_link(path)
+    raise UsageError(f"{path}: a symbolic link; a run's files must be its own: replace it with a copy (cp -rL) or "
+                     "use a new --output_dir")
+
+
 def _no_links(path: Path) -> None:
     """UsageError when `path`, or the folder holding it, is a symbolic link (`refuse_link`)."""
     for p in (path.parent, path):
@@ -74,7 +81,7 @@ def _own(path: Path, folder: int | None = None, name: str | None = None) -> None
     except FileNotFoundError:
         return
     if stat.S_ISLNK(st.st_mode):
-        refuse_link(path)
+        _link(path)
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{path}: not a regular file; move it away or use a new --output_dir")
     if st.st_nlink > 1:
@@ -98,7 +105,8 @@ def append_lines(path: str | os.PathLike, lines: list[bytes]) -> None:
                          dir_fd=folder)
         except OSError as err:
             if err.errno == errno.ELOOP:
-                refuse_link(path)
+                _link(path)
+            _no_space(path, err)
             raise
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -126,6 +134,9 @@ def _replace(path: Path, folder: int | None, name: str, data: bytes) -> None:
             break
         except FileExistsError:
             continue
+        except OSError as err:
+            _no_space(path, err)
+            raise
     else:
         raise UsageError(f"{path}: could not create a temporary file beside it")
     try:
@@ -154,7 +165,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         except FileNotFoundError:
             st = None
         if st is not None and stat.S_ISLNK(st.st_mode):
-            refuse_link(path)  # a hard-linked `path` needs nothing: the rename gives it a new inode
+            _link(path)  # a hard-linked `path` needs nothing: the rename gives it a new inode
         _replace(path, folder, name, data)
 
 
