@@ -56,13 +56,17 @@ from ordergrad_trl.core.stats import bootstrap_ci
 from ordergrad_trl.tasks.data import get_math_set, load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
 from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
+from ordergrad_trl.training.engine_guard import EngineMismatch
 from ordergrad_trl.training.resolved_config import (
     RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
 )
+from ordergrad_trl.training.run_identity import RunIdentityError, check_run, field_defaults
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from math_cvar_inputs import InputError, check_inputs, held_warnings, quiet_progress  # noqa: E402
+from math_cvar_inputs import (  # noqa: E402
+    InputError, check_chat_template, check_inputs, held_warnings, quiet_progress,
+)
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "cpu_quickstart.yaml"
 
@@ -91,6 +95,11 @@ class MathScriptArguments(ScriptArguments):
     system_prompt: str | None = field(default=None, metadata={"help": "Optional system message for every prompt."})
     eval_before_training: bool = field(
         default=True, metadata={"help": "Evaluate before and after training and print both."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start a new run in an output_dir that holds another run (its record or checkpoints): the "
+                  "old run is moved aside to <output_dir>.replaced-<UTC time>, nothing is deleted."},
     )
 
     def __post_init__(self):
@@ -242,6 +251,13 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     # 4. The resolved settings: every one the user gave, the plan; saved with the run and beside each checkpoint
     groups = {"script": script_args, "training": training_args, "model": model_args}
     saver = SaveResolvedConfig(resolved_config(groups, training_args.ordergrad_plan))
+    try:  # a resume continues its own run only; a new run never lands on another run's files
+        training_args.resume_from_checkpoint = check_run(
+            saver.config, training_args.output_dir, training_args.resume_from_checkpoint,
+            script_args.overwrite_output_dir, training_args.process_index == 0, field_defaults(*groups.values()))
+    except RunIdentityError as err:
+        raise InputError(str(err)) from None
+    saver.config["training"]["resume_from_checkpoint"] = training_args.resume_from_checkpoint
     settings = describe_settings(given or {}, groups)
     if training_args.process_index == 0:
         print("\n".join([f"Settings given ({len(settings)}; all resolved settings go to <output_dir>/{RESOLVED_CONFIG} "
@@ -260,6 +276,9 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         )
     except OSError as err:  # transformers: a Hub id that is unreachable or unknown, a folder that is no model
         raise InputError(f"model_name_or_path {model_args.model_name_or_path}: cannot load it ({err})") from None
+    except EngineMismatch as err:  # the launch asked for an engine the trainer did not build: a setting to fix
+        raise InputError(str(err)) from None
+    check_chat_template(trainer.processing_class, model_args.model_name_or_path)  # the prompts are chat messages
 
     # 5. Say which groups carry signal: with 0/1 rewards, tail objectives ignore groups with too few successes
     n = training_args.num_generations

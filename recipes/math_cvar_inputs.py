@@ -14,7 +14,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["InputError", "check_inputs", "held_warnings", "quiet_progress"]
+__all__ = ["InputError", "check_chat_template", "check_inputs", "held_warnings", "quiet_progress"]
 
 
 class InputError(ValueError):
@@ -95,6 +95,12 @@ def check_inputs(script_args, training_args, model_args) -> None:
                              "Hub id")
         if path.is_dir() and not (path / "config.json").is_file():
             raise InputError(f"model_name_or_path {model}: the folder has no config.json (not a saved model)")
+        if path.is_dir():
+            from ordergrad_trl.evaluation.modeling import weights_problem
+
+            problem = weights_problem(path)
+            if problem:
+                raise InputError(f"model_name_or_path {model}: {problem}")
         if not path.exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model):
             raise InputError(f"model_name_or_path {model}: no such folder (relative to {Path.cwd()}), and not a "
                              "Hub id (org/name)")
@@ -102,6 +108,16 @@ def check_inputs(script_args, training_args, model_args) -> None:
     if script_args.max_eval_samples != 0 and script_args.eval_dataset_name:  # unset or "": the training set's
         _check_data(script_args.eval_dataset_name, "eval_dataset_name")
     _check_output_dir(training_args.output_dir)
+
+
+def check_chat_template(processing_class, model: str | None) -> None:
+    """InputError unless the tokenizer (or the processor's tokenizer) has a chat template: the recipe's prompts are
+    chat messages, and TRL would fail at the first step with a traceback."""
+    tokenizer = getattr(processing_class, "tokenizer", None)
+    if not getattr(processing_class, "chat_template", None) and not getattr(tokenizer, "chat_template", None):
+        raise InputError(f"model_name_or_path {model}: its tokenizer has no chat template, and the recipe's prompts "
+                         "are chat messages; use an instruct/chat model, or add a chat_template to its "
+                         "tokenizer_config.json")
 
 
 @contextmanager

@@ -18,16 +18,18 @@ whether `--output_dir` can be written at all is checked first (`check_writable`,
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["acquire", "check_writable", "lock_fds", "lock_path", "writer_lock"]
+__all__ = ["acquire", "adopt", "check_writable", "lock_fds", "lock_path", "open_folder", "writer_lock"]
 
 # lock file -> {"fd": its locked descriptor or None, "dirs": {(dev, inode) of a locked run directory: descriptor},
 # "depth": nesting}, this process
@@ -72,10 +74,22 @@ def _holder(path: Path) -> str:
 def _lock(out: Path, path: Path, stage: str) -> int:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # never through a link (it would truncate the file it points to), never blocking on a FIFO
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as err:
+        if err.errno == errno.ELOOP or path.is_symlink():
+            raise UsageError(f"--output_dir {out}: its lock file {path} is a symbolic link (to "
+                             f"{os.path.realpath(path)}); the lock must be the run's own file, or writing it would "
+                             "change the file it points to: remove the link") from None
         raise UsageError(f"--output_dir {out}: cannot write there ({err.strerror or err}: {path}); pass a "
                          "writable directory") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink - 1} other " \
+            "hard link(s), which writing the lock would change"
+        raise UsageError(f"--output_dir {out}: its lock file {path} is {what}; remove it (a lock file holds "
+                         "nothing but its holder's pid)")
     _flock(fd, out, path)
     info = {"pid": os.getpid(), "stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     os.ftruncate(fd, 0)
@@ -101,10 +115,13 @@ def _flock(fd: int, out: Path, path: Path) -> None:
 def _lock_dir(out: Path, dirs: dict) -> None:
     """Lock the run directory now at `out` (once per directory: after `--overwrite` it is a new one)."""
     try:
-        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return  # not made yet: `generate` calls `acquire` again once it has made it
     except OSError as err:
+        if out.is_symlink():
+            raise UsageError(f"--output_dir {out}: a symbolic link (to {os.path.realpath(out)}) put in place of "
+                             "the run directory; a run's files must be its own: pass the real directory") from None
         raise UsageError(f"--output_dir {out}: cannot open it ({err.strerror}); pass a directory you can "
                          "write") from None
     st = os.fstat(fd)
@@ -144,3 +161,64 @@ def acquire(out: Path) -> None:
     if session["fd"] is None:
         session["fd"] = _lock(out, lock_path(out), session["stage"])
     _lock_dir(out, session["dirs"])
+
+
+def adopt(out: Path, fds) -> None:
+    """In a worker process: take the locked descriptors the parent passed (`lock_fds`) as this process's session
+    on `out`, so its writes resolve inside the run directory the parent locked (`open_folder`)."""
+    out = Path(out)
+    fds = [int(fd) for fd in fds]
+    if not fds:
+        return
+    dirs = {}
+    for fd in fds[1:]:
+        st = os.fstat(fd)
+        dirs[(st.st_dev, st.st_ino)] = fd
+    _SESSIONS[str(lock_path(out))] = {"fd": fds[0], "dirs": dirs, "depth": 1, "stage": "generate", "out": out}
+
+
+def open_folder(path: Path) -> int | None:
+    """A descriptor of the folder that holds `path`, reached from the run directory this process has locked, one
+    component at a time, never through a symbolic link: a file created relative to it (`dir_fd=`) lands inside the
+    locked run whatever is renamed or linked meanwhile. None when `path` is in no run this process locks (the path
+    is then used as it is). UsageError, before any write, when `--output_dir` no longer is the directory locked
+    (moved, removed, or replaced by a link while the stage ran) or a folder inside the run is a link."""
+    path = Path(path)
+    for session in list(_SESSIONS.values()):
+        out = session["out"]
+        if session["fd"] is None or not path.is_absolute():
+            continue
+        try:
+            rel = path.relative_to(out)
+        except ValueError:
+            continue
+        if not rel.parts:
+            continue
+        if not session["dirs"]:
+            _lock_dir(out, session["dirs"])  # made since the lock was taken
+        try:
+            st = os.lstat(out)
+            key = (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+        except OSError:
+            key = None
+        if key not in session["dirs"]:
+            now = "a symbolic link" if out.is_symlink() else "another directory" if out.is_dir() else "gone"
+            raise UsageError(f"--output_dir {out} is no longer the directory this {session['stage']} locked (it is "
+                             f"now {now}: moved, removed or replaced while the stage ran); stopped before writing "
+                             f"{path.name}, so nothing lands in another run: put the run back, or start again")
+        fd = os.dup(session["dirs"][key])
+        for part in rel.parts[:-1]:
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as err:
+                os.close(fd)
+                link = os.path.islink(out / part)
+                raise UsageError(f"{path}: the folder {part!r} inside the run "
+                                 + ("is a symbolic link; a run's files must be its own, or a write would land in "
+                                    "another run: replace it with a copy (cp -rL) or use a new --output_dir"
+                                    if link or err.errno == errno.ELOOP
+                                    else f"cannot be opened ({err.strerror})")) from None
+            os.close(fd)
+            fd = sub
+        return fd
+    return None

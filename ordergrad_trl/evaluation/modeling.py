@@ -28,7 +28,7 @@ from .records import MERGED_DIR
 logger = logging.getLogger(__name__)
 
 __all__ = ["MODEL_FILES", "ModelSource", "fingerprint", "fingerprint_changes", "is_model_file", "load_model",
-           "load_model_and_tokenizer", "load_tokenizer", "materialize_merged", "resolve_model"]
+           "load_model_and_tokenizer", "load_tokenizer", "materialize_merged", "resolve_model", "weights_problem"]
 
 # The files that define a model: weights, configs (generation config included), tokenizer and chat template.
 # Not notes, READMEs, logs, optimizer / scheduler / RNG state or trainer bookkeeping: adding such a file to a
@@ -61,6 +61,44 @@ class ModelSource:
         return {"model": self.model, "base": self.base, "adapter": self.adapter}
 
 
+def weights_problem(path: Path) -> str | None:
+    """Why the model folder `path` cannot load (None if it can, as far as its files tell): no weight file at all,
+    or a `.safetensors` file cut short or with a broken header (read without loading a tensor)."""
+    weights = [p for p in sorted(path.iterdir()) if p.is_file() and is_model_file(p.name) and (
+        p.name.endswith((".safetensors", ".gguf", ".safetensors.index.json", ".bin.index.json"))
+        or p.name.endswith(".bin"))]
+    if not weights:
+        return ("holds no weights (no *.safetensors, pytorch_model*.bin or *.gguf file); pass the folder the "
+                "trainer saved the model into")
+    for p in weights:
+        if p.name.endswith(".index.json"):  # a sharded checkpoint: every shard its index names must be there
+            try:
+                shards = sorted(set(json.loads(p.read_bytes())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+                return f"{p.name} is not a readable weight index ({type(err).__name__}: {err}); save the model again"
+            missing = [name for name in shards if not (path / str(name)).is_file()]
+            if missing:
+                return f"{p.name} names {len(missing)} shard(s) the folder lacks ({', '.join(missing[:3])})"
+            continue
+        if not p.name.endswith(".safetensors"):
+            continue
+        size = p.stat().st_size
+        try:
+            with open(p, "rb") as f:
+                head = f.read(8)
+                length = int.from_bytes(head, "little") if len(head) == 8 else -1
+                if length < 2 or 8 + length > size:
+                    raise ValueError("its header is cut short")
+                header = json.loads(f.read(length))
+            ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+            return f"{p.name} is not a readable safetensors file ({err}); the file is damaged, save or copy it again"
+        if ends and 8 + length + max(ends) > size:
+            return (f"{p.name} is cut short ({size} bytes, its header needs {8 + length + max(ends)}); the file is "
+                    "damaged or still being copied: save or copy it again")
+    return None
+
+
 def _has_tokenizer(path: Path) -> bool:
     return (path / "tokenizer_config.json").is_file()
 
@@ -81,6 +119,9 @@ def resolve_model(model: str | None) -> ModelSource:
         if not base:
             raise UsageError(f"--model {model}: {path}/adapter_config.json has no base_model_name_or_path; cannot "
                              "load the base model")
+        problem = weights_problem(path)
+        if problem:
+            raise UsageError(f"--model {model}: the adapter {problem}")
         # the trainer saves the tokenizer beside the adapter; it may carry a chat template the base lacks
         return ModelSource(str(model), str(base), str(path), str(path) if _has_tokenizer(path) else str(base))
     text = str(model)
@@ -91,6 +132,10 @@ def resolve_model(model: str | None) -> ModelSource:
     if path.is_dir() and not (path / "config.json").is_file():
         raise UsageError(f"--model {model}: the directory holds no config.json (nor adapter_config.json), so it is "
                          "not a checkpoint; pass the directory the trainer saved (e.g. its checkpoint-N)")
+    if path.is_dir():
+        problem = weights_problem(path)
+        if problem:
+            raise UsageError(f"--model {model}: {problem}")
     return ModelSource(text, text, None, text)
 
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from . import records
-from .lock import lock_fds
+from .lock import adopt, lock_fds
 from .sampling import Work, generate_local
 
 __all__ = ["launch_workers", "run_worker"]
@@ -41,7 +41,7 @@ def launch_workers(args, out: Path, backend_name: str, source, work: dict[str, W
     for rank, group in enumerate(groups):
         spec = {
             "args": dataclasses.asdict(args), "output_dir": str(out), "backend": backend_name, "rank": rank,
-            "source": dataclasses.asdict(source), "disable_tqdm": disable_tqdm,
+            "source": dataclasses.asdict(source), "disable_tqdm": disable_tqdm, "lock_fds": list(lock_fds(out)),
             "work": {k: {"ids": w.ids, "prompts": w.prompts, "units": [list(u) for u in w.units[rank::dp]],
                          "tags": w.tags} for k, w in work.items()},
         }
@@ -82,6 +82,7 @@ def run_worker(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     args = GenerateArgs(**spec["args"])
     out, rank = Path(spec["output_dir"]), spec["rank"]
+    adopt(out, spec.get("lock_fds", ()))  # this rank's writes resolve inside the directory the parent locked
     source = ModelSource(**spec["source"])
     work = {k: Work(v["ids"], v["prompts"], [tuple(u) for u in v["units"]], tags=v["tags"])
             for k, v in spec["work"].items()}

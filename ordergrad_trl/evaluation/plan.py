@@ -68,7 +68,7 @@ def _merged_problems(path: Path, rows: list[dict]) -> tuple[list[dict], bool]:
 
 
 def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int]]:
-    for file in key_dir.glob(records.GEN_GLOB):  # a cut last line is repaired before anything is counted
+    for file in records.generation_files(key_dir):  # a cut last line is repaired before anything is counted
         records.repair_tail(file)
     done = records.read_samples(key_dir)
     return [(i, s) for i, p in enumerate(problems) for s in range(n) if (p["id"], s) not in done]
@@ -76,6 +76,22 @@ def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int
 
 def _limit(old: int | None, new: int | None) -> int | None:
     return None if old is None or new is None else max(old, new)
+
+
+def _check_rerun(out: Path, key: str, entry: dict, old) -> None:
+    """UsageError when this command asks for fewer samples, or fewer problems, than the run already holds of `key`:
+    the report covers everything the run holds, so the smaller request would be silently ignored."""
+    if not isinstance(old, dict):
+        return
+    held_n, held_problems = old.get("num_samples"), old.get("num_problems")
+    fix = ("the report covers everything the run holds: pass the run's own value (or more, to add), --overwrite to "
+           "move the run aside and start again, or another --output_dir")
+    if isinstance(held_n, int) and entry["num_samples"] < held_n:
+        raise UsageError(f"--num_samples {entry['num_samples']}: {out} already holds {held_n} samples per problem of "
+                         f"{key} (provenance.json); {fix}")
+    if isinstance(held_problems, int) and entry["num_problems"] < held_problems:
+        raise UsageError(f"--limit {entry['limit']}: {out} already holds {held_problems} problems of {key} "
+                         f"(provenance.json), this command asks for {entry['num_problems']}; {fix}")
 
 
 def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
@@ -106,6 +122,8 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     entries = {key: (dataset_entry(keys[key], args, subset), full) for key, (subset, full) in loaded.items()}
     acquire(out)  # one writer: a second one, or --overwrite while one writes, stops here
     provenance = check_or_replace(out, run_entry(args, source, fp, tok), entries, args.overwrite, run_mismatch)
+    for key, (entry, _) in entries.items():  # a rerun that asks for less than the run holds would report more
+        _check_rerun(out, key, entry, provenance["datasets"].get(key))
     # 4. write: provenance first (a kill from here on leaves a run that knows what it is), then the problems
     merged = {key: _merged_problems(out / key / "problems.jsonl", subset) for key, (subset, _) in loaded.items()}
     for key, (rows, _) in merged.items():

@@ -69,42 +69,19 @@ def check_keys(names: list[str]) -> dict[str, str]:
     return keys
 
 
-def _rows_of_lines(data: bytes, where: str) -> list:
-    rows = []
-    for i, line in enumerate(data.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise UsageError(f"{where}:{i}: not UTF-8 (byte {line[err.start]:#04x} at column {err.start + 1}); "
-                             "save the file as UTF-8") from None
-        try:
-            rows.append((i, json.loads(text)))
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{where}:{i}: not valid JSON ({err.msg} at column {err.colno})") from None
-    return rows
-
-
 def check_data_file(name: str, path: Path) -> None:
     """UsageError naming `--datasets <name>`, the line and the fault, unless every row is a JSON object whose
-    `answer` (if any) is a string or a number."""
+    `answer` (if any) is a string or a number. Read by the same reader as the loader (`tasks.json_rows`)."""
+    from ordergrad_trl.tasks.json_rows import DataFileError, read_rows
+
     suffix = path.suffix.lower()
     if suffix not in (".jsonl", ".json"):
         return  # parquet: typed columns, read by the loader (its errors are wrapped in load_problems)
     where = f"--datasets {name}"  # the path as given, so `<where>:<line>` reads as file and line
-    data = path.read_bytes()
-    if suffix == ".json" and data.lstrip()[:1] == b"[":  # one JSON document, a list of rows (else JSON lines)
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except UnicodeDecodeError:
-            rows = [(f":{line}", r) for line, r in _rows_of_lines(data, where)]  # names the bad byte's line
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{where}:{err.lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
-        else:  # the loader keeps no line numbers of a document: name the row by its place in the list
-            rows = [(f" row {i}", r) for i, r in enumerate(doc, 1)] if isinstance(doc, list) else [(":1", doc)]
-    else:
-        rows = [(f":{line}", r) for line, r in _rows_of_lines(data, where)]
+    try:
+        rows = read_rows(path, where)
+    except DataFileError as err:
+        raise UsageError(str(err)) from None
     if not rows:
         raise UsageError(f"{where}: no problems (the file is empty)")
     for at, row in rows:

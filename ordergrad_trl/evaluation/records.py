@@ -22,31 +22,32 @@ fields (`row_check`), and every reader refuses a row without one or whose fields
 edited by hand (a `correct` flipped, a `completion`, `num_tokens` or a problem's `level` changed) stops the stage
 at that file:line instead of moving a number; a check deleted along with the edit is refused too.
 
-Writes stay inside the run: before a file is appended to or replaced (`_own`), one that is a symbolic link, or in
-a folder that is one, is refused, and one with other hard links (a run copied with `cp -al` or `rsync
---link-dest`) is first copied to a file of its own, said in one log line, so the other copy never changes.
-Replacements go through a uniquely named temporary in the same folder (`write_bytes_atomic`).
+Writes stay inside the run (`safe_io`): files are created relative to the run directory the stage locked, never
+through a link; a file with other hard links is copied to one of its own first; replacements go through a
+uniquely named temporary in the same folder (`write_bytes_atomic`); a full disk names the file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
+import re
 import stat
-import tempfile
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from . import safe_io
 from .errors import MissingPathError, UsageError
+from .safe_io import refuse_link, write_bytes_atomic
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "GEN_GLOB",
+    "generation_files",
     "LEGACY_CONFIG",
     "MERGED_DIR",
     "PLOT",
@@ -73,7 +74,14 @@ __all__ = [
     "write_jsonl_atomic",
 ]
 
-GEN_GLOB = "generations*.jsonl"
+GEN_GLOB = "generations*.jsonl"  # candidates only: `generation_files` keeps the run's own names
+GEN_NAME = re.compile(r"^generations(\.rank\d+)?\.jsonl$")  # generations.jsonl, generations.rank<r>.jsonl
+
+
+def generation_files(folder: str | os.PathLike) -> list[Path]:
+    """The generation files of a dataset folder, in name order: `generations.jsonl` and the data-parallel ranks'
+    `generations.rank<r>.jsonl`, and nothing else (a `generations.bak.jsonl` copy beside them is not read)."""
+    return sorted(p for p in Path(folder).glob(GEN_GLOB) if GEN_NAME.match(p.name))
 # What a run directory holds besides its datasets' folders (a dataset may not take one of these names)
 PROVENANCE = "provenance.json"
 LEGACY_CONFIG = "generation_config.json"  # written before provenance.json: sampling settings only
@@ -126,7 +134,7 @@ def kind_of(path: Path) -> str | None:
         return "problems"
     if path.name == "scores.jsonl":
         return "scores"
-    return "generations" if path.match(GEN_GLOB) else None
+    return "generations" if GEN_NAME.match(path.name) else None
 
 
 def row_key(kind: str, row: dict):
@@ -153,8 +161,16 @@ def read_numbered(path: str | os.PathLike, kind: str | None = None) -> list[tupl
     (`kind_of` its name when not given): a row of the wrong shape is a UsageError naming file:line. Of rows with
     one key the first wins. A cut last line is skipped; a bad line elsewhere is a UsageError naming file:line."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
         return []
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read it ({err.strerror or err})") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block the read; a folder is no run file either
+        what = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise UsageError(f"{path}: {what}, where the run keeps a file of rows; move it away (the stage that writes "
+                         "it makes it again)")
     kind = kind or kind_of(path)
     lines = path.read_bytes().split(b"\n")  # the last item is what follows the final newline (b"" if none)
     parsed = []
@@ -187,37 +203,7 @@ def read_jsonl(path: str | os.PathLike, kind: str | None = None) -> list[dict]:
 
 def repair_tail(path: str | os.PathLike) -> None:
     """Make the file end with a newline before an append: end a complete last row, cut a partial one."""
-    path = Path(path)
-    if not path.is_file():
-        return
-    _own(path)
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return
-        # only the last line is read: a scan back to the previous newline, whatever the file's size
-        start = size
-        while start > 0:
-            step = min(start, 1 << 16)
-            f.seek(start - step)
-            block = f.read(step)
-            cut = block.rfind(b"\n")
-            if cut >= 0:
-                start = start - step + cut + 1
-                break
-            start -= step
-        f.seek(start)
-        tail = f.read()
-        if tail.strip() and _row(tail) is not None:
-            f.seek(0, os.SEEK_END)
-            f.write(b"\n")
-        else:
-            f.truncate(start)
-        f.flush()
-        os.fsync(f.fileno())
+    safe_io.repair_tail(path, lambda tail: _row(tail) is not None)
 
 
 def _json_bytes(obj, **kwargs) -> bytes:
@@ -233,71 +219,9 @@ def _line(row: dict) -> bytes:
     return _json_bytes(dict(row, check=row_check(row))) + b"\n"
 
 
-def refuse_link(p: Path, error: type[UsageError] = UsageError) -> None:
-    """`error` when `p` is a symbolic link: its rows would be another run's, and a write through it would land there."""
-    if p.is_symlink():
-        raise error(f"{p}: a symbolic link (to {os.path.realpath(p)}); a run's files must be its own, or writing "
-                    "through it would change files outside this run: replace it with a copy (cp -rL) or use a new "
-                    "--output_dir")
-
-
-def _no_links(path: Path) -> None:
-    """UsageError when `path`, or the folder holding it, is a symbolic link (`refuse_link`)."""
-    for p in (path.parent, path):
-        refuse_link(p)
-
-
-def _own(path: Path) -> None:
-    """Make `path` safe to change in place: no symbolic link on the way (`_no_links`), and a file with other hard
-    links gets a copy of its own first, so that no write lands in a file another run shares."""
-    _no_links(path)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file; move it away or use a new --output_dir")
-    if st.st_nlink > 1:
-        with open(path, "rb") as f:
-            write_bytes_atomic(path, f.read())  # a new inode: the other links keep the old data
-        logger.warning("%s had %d other hard link(s) (a run copied with cp -al or rsync --link-dest?): copied it "
-                       "to a file of its own before writing, so the other copy stays as it was", path, st.st_nlink - 1)
-
-
 def append_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
     """Append rows, one `write` each, then fsync: finished work survives a kill of this process or the machine."""
-    lines = [_line(r) for r in rows]
-    if not lines:
-        return
-    _own(Path(path))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        for line in lines:
-            view = memoryview(line)
-            while view:  # a regular file takes the whole line at once; a short write is finished, not lost
-                view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Replace `path` whole: a reader, or a second writer at once, sees the old file or the new one, never half.
-    The temporary has a unique name (two writers never share one) and never follows a link."""
-    path = Path(path)
-    _no_links(path)  # a hard-linked `path` needs nothing: the rename gives it a new inode
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    safe_io.append_lines(path, [_line(r) for r in rows])
 
 
 def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[dict]) -> None:
@@ -311,7 +235,7 @@ def write_json_atomic(path: str | os.PathLike, obj) -> None:
 def read_samples(dataset_dir: str | os.PathLike) -> dict[tuple[str, int], dict]:
     """All generated samples of one dataset directory, merged over rank files: {(id, sample): row}."""
     out: dict[tuple[str, int], dict] = {}
-    for file in sorted(Path(dataset_dir).glob(GEN_GLOB)):
+    for file in generation_files(dataset_dir):
         for row in read_jsonl(file, "generations"):
             out.setdefault((row["id"], row["sample"]), row)
     return out
@@ -325,7 +249,7 @@ def dataset_dirs(output_dir: str | os.PathLike) -> list[Path]:
     if not out.is_dir():
         return []
     return sorted(d for d in out.iterdir() if d.name != MERGED_DIR and d.is_dir() and (
-        (d / "problems.jsonl").exists() or (d / "scores.jsonl").exists() or any(d.glob(GEN_GLOB))))
+        (d / "problems.jsonl").exists() or (d / "scores.jsonl").exists() or generation_files(d)))
 
 
 def completion_crc(text: str) -> int:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
@@ -228,6 +228,13 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
             result["datasets"][d.name] = ds
     if not result["datasets"]:
         raise UsageError(f"--output_dir {paths.output_dir}: no scored samples in {out}; run the score stage first")
+    default = next(f for f in fields(ReportArgs) if f.name == "breakdown").default_factory()
+    for fld in args.breakdown:  # a field asked for that no problem of the run has would give silently nothing
+        if fld not in default and not any(fld in ds["breakdown"] for ds in result["datasets"].values()):
+            present = sorted({k for d in dirs for p in records.read_jsonl(d / "problems.jsonl") for k in p
+                             if k not in ("check", "prompt", "question", "answer", "id")})
+            raise UsageError(f"--breakdown {fld}: no problem of this run has a {fld!r} field (fields it has: "
+                             f"{', '.join(present) or 'none'})")
     if args.plot and result["datasets"] and plot(result, out / records.PLOT):
         result["plot"] = str(out / records.PLOT)
     records.write_json_atomic(out / records.REPORT_JSON, result)

@@ -50,12 +50,31 @@ def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_args: ReportArgs, 
         return {"generate": gen_stats, "score": score_stats, "report": report(report_args, paths)}
 
 
+def _plain(value):
+    """A numpy (or other `numbers`) scalar as the Python int / float / bool it holds, in lists too: np.int32(20)
+    is an integer; a bool stays a bool."""
+    import numbers
+
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if type(value) in (bool, int, float) or value is None or isinstance(value, str):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
 def _split_options(options: dict, groups) -> list:
     """One instance per dataclass in `groups` from keyword options; an unknown option is a UsageError."""
     names = {f.name: cls for cls in groups for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise UsageError(f"evaluate(): unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    options = {k: _plain(v) for k, v in options.items()}
     parsed = [cls(**{k: v for k, v in options.items() if names[k] is cls}) for cls in groups]
     for obj in parsed:  # the command line's type checks: disable_tqdm="false" is not a bool, as --ks "4" is no list
         check_types(obj, "evaluate(): ")

@@ -92,11 +92,17 @@ def generation_tag(provenance: dict, problem: dict) -> int:
     return zlib.crc32(records.canonical(what))
 
 
-def _check_generations(folder: Path, problems: dict, n: int, provenance: dict) -> dict:
+def _check_generations(folder: Path, problems: dict, n: int, provenance: dict, pending=frozenset()) -> dict:
+    """`pending`: ids provenance.json records but a cut problems.jsonl lost (generate only): their rows are kept
+    for generate to restore the file; their tags are checked by every later stage, once it is whole again."""
     samples: dict[tuple[str, int], tuple[str, int, dict]] = {}
     tags: dict[str, int] = {}
-    for file in sorted(folder.glob(records.GEN_GLOB)):
+    for file in records.generation_files(folder):
         for line, row in records.read_numbered(file, "generations"):
+            if row["id"] in pending and row["id"] not in problems:
+                _check_key(file, line, row, pending, n, "generation")
+                samples.setdefault((row["id"], row["sample"]), (file.name, line, row))
+                continue
             _check_key(file, line, row, problems, n, "generation")
             want = tags.get(row["id"])
             if want is None:
@@ -169,7 +175,10 @@ def check_run(out: str | os.PathLike, stage: str, provenance: dict | None = None
             raise RunMismatchError(f"{out / records.PROVENANCE}: dataset {folder.name!r} records num_samples {n!r}, "
                                    "not an integer >= 1; restore it, or pass --overwrite to move this run aside")
         problems = _check_problems(folder / "problems.jsonl", entry, strict=stage != "generate")
-        samples = _check_generations(folder, problems, n, provenance)
+        recorded = entry.get("problems_index")
+        pending = {r[0] for r in recorded[len(problems):] if isinstance(r, list) and r} \
+            if stage == "generate" and isinstance(recorded, list) else frozenset()
+        samples = _check_generations(folder, problems, n, provenance, pending)
         if stage != "generate":
             _check_scores(folder / "scores.jsonl", problems, n, samples, stale_ok=stage == "score")
     return provenance

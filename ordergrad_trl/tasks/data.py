@@ -20,6 +20,7 @@ from pathlib import Path
 
 import datasets
 
+from .json_rows import read_rows, rows_to_dataset
 from .prompts import DEFAULT_USER_TEMPLATE, format_rows, last_boxed
 from .sets import (
     GENERIC_SPEC,
@@ -59,6 +60,8 @@ def _load_file(path: Path) -> datasets.Dataset:
     builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}.get(path.suffix.lower())
     if builder is None:
         raise ValueError(f"unsupported data file {str(path)!r}: expected a .jsonl, .json or .parquet file")
+    if builder == "json":  # the project's own reader: exact numbers (no gold through float64), rows named by line
+        return rows_to_dataset(read_rows(path), str(path))
     return datasets.load_dataset(builder, data_files=str(path), split="train")
 
 

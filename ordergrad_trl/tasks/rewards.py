@@ -91,7 +91,7 @@ def _row(index: int, ids, prompts) -> str:
 
 
 @register_reward("math", "1 if the final answer equals the gold per math-verify, else 0")
-def math_reward(completions, answer, log_metric=None, **kwargs) -> list[float | None]:
+def math_reward(completions, answer=None, log_metric=None, **kwargs) -> list[float | None]:
     """TRL reward: 1.0 if the completion's final answer (last `\\boxed{}`, else last expression) equals the
     `answer` column per math-verify, 0.0 if not or unscorable in time, None (TRL: NaN) if the gold does not parse.
 
@@ -100,6 +100,11 @@ def math_reward(completions, answer, log_metric=None, **kwargs) -> list[float | 
     a `log_metric` value over the processes that logged it (one value per process and batch; each process holds
     the same number of completions, so the mean of the fractions is the fraction of the whole batch), then over
     the `logging_steps` window."""
+    if answer is None:  # TRL passes the dataset's columns by name: without an `answer` column there is no gold
+        columns = sorted(k for k in kwargs if k not in ("prompts", "completion_ids", "trainer_state", "log_extra"))
+        raise ValueError(f"math_reward: the dataset has no 'answer' column (the rows carry: {', '.join(columns)}); "
+                         "the math reward compares each completion with its row's gold answer: add the column "
+                         "(ordergrad_trl.tasks.data.load_math_dataset makes it), or use another reward function")
     golds = []
     for index, gold in enumerate(answer):
         try:

@@ -81,9 +81,16 @@ def integer_answer(value: Any) -> str | None:
     if text is None:
         return None
     try:
-        return str(int(float(text)))
+        return str(int(text))  # exact at any size ("025" -> "25"); float() below would round beyond 2**53
+    except ValueError:
+        pass
+    try:
+        value = float(text)
     except ValueError:
         return text
+    if value.is_integer() and abs(value) < 2**53:  # "25.0" -> "25"; a larger one keeps its own text
+        return str(int(value))
+    return text
 
 
 def gsm8k_row_gold(row: Mapping[str, Any]) -> str | None:

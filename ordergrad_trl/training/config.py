@@ -18,6 +18,7 @@ from ..core.plan import (
 from ..core.schedule import ObjectiveStage
 from .config_checks import check_fields_trl_reads, check_log_ks, check_vllm_version, explain_post_init_error
 from .engine_guard import check_world_size
+from .launch_env import check_launch_environment
 from .numeric_fields import check_numeric_fields
 from .passk import default_log_ks
 
@@ -253,6 +254,7 @@ class OrderGradConfig(GRPOConfig):
     def __post_init__(self):
         check_fields_trl_reads(self)
         check_numeric_fields(self)  # inf, NaN, 1.5 where an integer belongs, out of range: refused by name
+        check_launch_environment(self)  # a stale WORLD_SIZE, fsdp unlaunched, deepspeed missing: before start-up
         # A copy (dataclasses.replace, a saved config reloaded) carries both of TRL's derived batch fields, which
         # TRL refuses together: re-derive the generation batch, and refuse only a pair that disagrees.
         copied = self.generation_batch_size if self.steps_per_generation is not None else None

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["check_engine", "check_world_size"]
+__all__ = ["EngineMismatch", "check_engine", "check_world_size"]
+
+
+class EngineMismatch(ValueError):
+    """The launch asked for an engine (or process count) the trainer did not build: a setting to fix, one line."""
 
 _TRUE = ("1", "true", "yes", "on", "y", "t")
 
@@ -22,7 +26,9 @@ def _asked(args, name: str) -> str | None:
     """Where the run asked for engine `name` (FSDP or DeepSpeed), or None."""
     env = {"FSDP": "ACCELERATE_USE_FSDP", "DeepSpeed": "ACCELERATE_USE_DEEPSPEED"}[name]
     if os.environ.get(env, "false").strip().lower() in _TRUE:
-        return f"{env}=true, set by `accelerate launch` from its config file"
+        value = os.environ[env]
+        shown = value if value == value.strip() else repr(value)  # ' yes ' as given, not as read
+        return f"{env}={shown}, set by `accelerate launch` from its config file"
     field = {"FSDP": "fsdp", "DeepSpeed": "deepspeed"}[name]
     if getattr(args, field, None):
         return f"the `{field}` training argument"
@@ -37,10 +43,10 @@ def check_world_size(counted: int) -> None:
 
     joined = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if joined != counted:
-        raise ValueError(f"{joined} processes joined torch.distributed but the trainer's accelerator counts {counted}: "
-                         "each would train on all the data as if alone. On a machine without GPUs pass "
-                         "`--ddp_backend gloo` (a DeepSpeed launch on CPU needs it), or launch with torchrun / "
-                         "accelerate_configs/cpu.yaml.")
+        raise EngineMismatch(f"{joined} processes joined torch.distributed but the trainer's accelerator counts "
+                             f"{counted}: each would train on all the data as if alone. On a machine without GPUs "
+                             "pass `--ddp_backend gloo` (a DeepSpeed launch on CPU needs it), or launch with torchrun "
+                             "/ accelerate_configs/cpu.yaml.")
 
 
 def check_engine(trainer) -> None:
@@ -60,5 +66,5 @@ def check_engine(trainer) -> None:
         else:
             fix = ("on CPU launch accelerate_configs/zero2.yaml or zero3.yaml with `--ddp_backend gloo` "
                    "(docs/multi-gpu.md, DeepSpeed on CPU), or accelerate_configs/ddp.yaml to train unsharded on purpose")
-        raise ValueError(f"{name} was asked for ({source}) but the trainer's accelerator is {kind}, not {name}: the "
-                         f"model would train unsharded on every process and exit as if fine. {fix}.")
+        raise EngineMismatch(f"{name} was asked for ({source}) but the trainer's accelerator is {kind}, not {name}: "
+                             f"the model would train unsharded on every process and exit as if fine. {fix}.")

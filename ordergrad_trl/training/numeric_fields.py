@@ -5,21 +5,29 @@ then turns every weight into NaN, or fails deep inside torch. `check_numeric_fie
 annotations, so a field added by a new TRL release is covered without a list: every `float` field must be a finite
 number and every `int` field an integer (`None` where the annotation allows it). `RANGES` adds the bounds of the
 fields whose valid range is known; each error names the field, what it must be and the value given.
+
+Bounds across fields (`_check_together`): `learning_rate * weight_decay` must be below 1 (AdamW's decoupled decay
+multiplies every weight by `1 - learning_rate * weight_decay` each step: at 1 or more it zeroes or flips the
+weights, and the run still exits 0). Numpy scalars count as the numbers they hold (`np.int64(8)` is an integer).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import typing
 
-__all__ = ["RANGES", "check_numeric_fields"]
+__all__ = ["MAX_DECAY_PER_STEP", "MIN_TEMPERATURE", "RANGES", "check_numeric_fields"]
+
+MIN_TEMPERATURE = 1e-3  # the eval's floor (`ordergrad-eval --temperature`): TRL samples at temperature > 0 only
+MAX_DECAY_PER_STEP = 1.0  # AdamW's decoupled decay multiplies each weight by (1 - learning_rate * weight_decay)
 
 # field -> (low, high, low inclusive, high inclusive); None: unbounded on that side
 RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "learning_rate": (0, None, True, False),
     "beta": (0, None, True, False),
-    "temperature": (0, None, False, False),
+    "temperature": (MIN_TEMPERATURE, None, True, False),  # below it, logits / temperature overflow (as the eval)
     "top_p": (0, 1, False, True),
     "min_p": (0, 1, True, True),
     "top_k": (0, None, True, False),
@@ -31,6 +39,8 @@ RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "per_device_eval_batch_size": (1, None, True, False),
     "gradient_accumulation_steps": (1, None, True, False),
     "num_iterations": (1, None, True, False),
+    "steps_per_generation": (1, None, True, False),
+    "generation_batch_size": (1, None, True, False),
     "max_steps": (-1, None, True, False),
     "num_train_epochs": (0, None, False, False),
     "max_grad_norm": (0, None, True, False),
@@ -89,6 +99,7 @@ def check_numeric_fields(config) -> None:
         if not kinds or (value is None and optional) or (isinstance(value, str) and str in typing.get_args(hint)):
             continue
         what = "an integer" if kinds == {int} else "a finite number"
+        value = _plain_number(config, f.name, value)
         valid = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if kinds == {int}:
             valid = valid and isinstance(value, int)  # max_steps: 1.5 (YAML) or 8.0 would reach range() as floats
@@ -100,3 +111,32 @@ def check_numeric_fields(config) -> None:
                 high is not None and (value > high or value == high and not high_in)
             ):
                 raise ValueError(f"{f.name} must be {what} {_bounds(*RANGES[f.name])}, got {value!r}.")
+    _check_together(config)
+
+
+def _plain_number(config, name: str, value):
+    """A numpy (or other `numbers`) scalar as the plain int / float it holds, stored back on `config`."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if type(value) in (bool, int, float) or numpy_bool:
+        return value
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+    elif isinstance(value, numbers.Real):
+        value = float(value)
+    else:
+        return value
+    try:
+        object.__setattr__(config, name, value)
+    except Exception:  # a frozen or slotted config: checked as the plain number, left as given
+        pass
+    return value
+
+
+def _check_together(config) -> None:
+    lr, wd = getattr(config, "learning_rate", None), getattr(config, "weight_decay", None)
+    if isinstance(lr, (int, float)) and isinstance(wd, (int, float)) and lr * wd >= MAX_DECAY_PER_STEP:
+        raise ValueError(
+            f"learning_rate * weight_decay must be below {MAX_DECAY_PER_STEP:g}, got {lr!r} * {wd!r} = {lr * wd:g}: "
+            "AdamW multiplies every weight by (1 - learning_rate * weight_decay) each step, so the weights would be "
+            "zeroed or flipped; lower weight_decay (typical: 0 to 0.1) or learning_rate."
+        )

@@ -47,6 +47,9 @@ def check_reward_values(name: str, values, expected: int) -> None:
     rule = "a reward function must return a list with one number (or None, for a rollout it cannot score) per completion"
     if values is None or isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
         raise TypeError(f"reward function {name!r} returned {type(values).__name__} {values!r:.80}: {rule}")
+    if not hasattr(values, "__len__"):  # a generator or iterator: read once here, it would reach TRL empty
+        raise TypeError(f"reward function {name!r} returned a {type(values).__name__}, which can be read only once: "
+                        f"{rule} (return list(...) of it)")
     for index, value in enumerate(values):
         if _bad_value(value):
             raise TypeError(
