@@ -153,6 +153,8 @@ def eval_args(args, cfg: dict) -> list[str]:
            "--temperature", str(cfg["temperature"]), "--max_new_tokens", str(cfg["max_completion_length"]),
            "--seed", str(EVAL_SEED), "--backend", args.eval_backend, "--batch_size", str(args.eval_batch_size),
            "--disable_tqdm"]  # fmt: skip
+    if args.eval_backend == "vllm":  # on CPU the share of the machine's memory vLLM reserves (0.9 by default fails
+        cmd += ["--gpu_memory_utilization", "0.2"]  # when other units run); a 135M model needs far less
     return cmd + (["--system_prompt", cfg["system_prompt"]] if cfg.get("system_prompt") else [])
 
 
@@ -211,6 +213,7 @@ def run_unit(unit: str, args, cfg: dict) -> None:
     work = Path(args.work_dir).resolve() / unit
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # vLLM's CPU build: no core pinning, units share cores
     start = time.time()
     if unit == "base":
         from ordergrad_trl.tasks.models import resolve_default_model
