@@ -132,8 +132,8 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
 
 def eval_backend(choice: str, assets: Path) -> str:
     """`auto`: the backend of the units already in `assets` (those recorded before it was: hf), so that a study
-    resumes as it began; for a new study vLLM where it is installed (its CPU build samples 2.1x faster,
-    docs/benchmarks.md), else transformers (`hf`)."""
+    resumes as it began; for a new study vLLM where it is installed (its CPU build samples 2.4x faster, but not
+    reproducibly run to run: docs/benchmarks.md), else transformers (`hf`)."""
     import importlib.util
 
     if choice != "auto":
