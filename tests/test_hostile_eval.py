@@ -162,3 +162,21 @@ def test_a_model_folder_that_cannot_load_is_named(tiny_model_dir, tmp_path, caps
                              "--output_dir", str(tmp_path / "run"), "--disable_tqdm"])
     assert f"--model {model}: " in msg
     assert weights_problem(tiny_model_dir) is None
+
+
+def test_a_full_disk_while_saving_a_merged_adapter_names_the_folder(tmp_path, monkeypatch):
+    """Issue 52: the one eval write that is not a run row, the adapter merged for vLLM, also names a full disk."""
+    import errno
+
+    from ordergrad_trl.evaluation import modeling
+    from ordergrad_trl.evaluation.errors import UsageError
+
+    class Full:
+        def save_pretrained(self, path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(modeling, "load_model", lambda *a, **k: Full())
+    source = modeling.ModelSource("adapter", "base", "adapter", "base")
+    with pytest.raises(UsageError, match=r"merged_model: No space left on device while saving the adapter merged"):
+        modeling.materialize_merged(source, tmp_path, Full(), "float32", fp={"base": None, "adapter": None})
+    assert not (tmp_path / modeling.MERGED_DIR / "ordergrad_merged_from.json").exists()  # the next run merges again

@@ -15,6 +15,7 @@ recorded by name only: pass a local snapshot to pin the exact weights.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -252,8 +253,14 @@ def materialize_merged(source: ModelSource, output_dir: str | os.PathLike, tok, 
         k: v and v["sha256"] for k, v in (fp or fingerprint(source)).items()}}
     if not (marker.is_file() and json.loads(marker.read_bytes()) == stamp):
         model = load_model(source, dtype=dtype, device="cpu")
-        model.save_pretrained(dest)
-        tok.save_pretrained(dest)
+        try:
+            model.save_pretrained(dest)
+            tok.save_pretrained(dest)
+        except OSError as err:  # the marker is written last, so a rerun merges again
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise UsageError(f"{dest}: {err.strerror} while saving the adapter merged into its base; free space "
+                                 "(or pass another --output_dir) and rerun the same command") from None
+            raise
         marker.write_text(json.dumps(stamp))
         logger.info("merged adapter %s into %s -> %s", source.adapter, source.base, dest)
     return ModelSource(str(dest), str(dest), None, str(dest))
