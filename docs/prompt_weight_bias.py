@@ -26,6 +26,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's package, from any directory
+from ordergrad_trl.core.plan import build_plan  # noqa: E402
+
 DOCS = REPO / "docs" / "estimators.md"
 BEGIN, END = "<!-- prompt-weight bias: begin -->", "<!-- prompt-weight bias: end -->"
 PS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -35,9 +38,6 @@ WEIGHTS = ("inverse", "curverl", "gaussian:0.5,0.2")
 
 
 def _plan(n: int, weight: str | None, settings: dict):
-    sys.path.insert(0, str(REPO))
-    from ordergrad_trl.core.plan import build_plan
-
     defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
                     estimator_kwargs=None, scale="none")  # fmt: skip
     return build_plan(**{**defaults, **settings}, num_generations=n, prompt_weight=weight)

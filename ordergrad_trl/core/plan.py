@@ -106,7 +106,7 @@ class ObjectivePlan:
         if self.prompt_weight is None:
             return None
         p_hat = success_rates(rewards, self.prompt_weight)  # (G,)
-        reference = window.reference(p_hat) if window is not None else None
+        reference = window.reference() if window is not None else None
         bins = rewards.shape[-1] + 1 if bins is None else bins
         return self.prompt_weight.weights(p_hat.cpu(), max(bins, 2), reference).to(p_hat.device), p_hat
 
@@ -149,16 +149,16 @@ class ObjectivePlan:
         order = torch.argsort(group, stable=True)  # (bs,) rows of group 0, then group 1, ...
         starts = torch.cumsum(sizes, 0) - sizes  # (G,) where each group begins in `order`
         adv, undefined = torch.zeros_like(scores), []
-        p_hat = torch.full(sizes.shape, torch.nan, dtype=torch.float64, device=scores.device)  # (G,)
+        blocks = {n: order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]
+                  for n in sizes[sizes > 0].unique().tolist()}  # group size n -> its groups' rows (G_n, n)
         if self.prompt_weight is not None:  # every group's p_hat first: a stateful weight sees the whole batch
-            for n in sizes[sizes > 0].unique().tolist():
-                rows = order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
+            p_hat = torch.full(sizes.shape, torch.nan, dtype=torch.float64, device=scores.device)  # (G,)
+            for n, rows in blocks.items():
                 p_hat[sizes == n] = success_rates(scores[rows], self.prompt_weight)
-            reference = window.reference(p_hat[sizes > 0]) if window is not None else None
-            bins = int(sizes.max()) + 1 if sizes.numel() else 2
-            weights = self.prompt_weight.weights(p_hat.cpu(), max(bins, 2), reference).to(scores.device)  # (G,)
-        for n in sizes[sizes > 0].unique().tolist():
-            rows = order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]  # (G_n, n)
+            reference = window.reference() if window is not None else None
+            weights = self.prompt_weight.weights(p_hat.cpu(), max(int(sizes.max()) + 1, 2), reference)  # (G,)
+            weights = weights.to(scores.device)
+        for n, rows in blocks.items():
             if not self.is_defined(stage, n):
                 undefined.append(n)
                 continue

@@ -106,8 +106,8 @@ class PromptWeightSpec:
         return self.name + (":" + ",".join(f"{p:g}" for p in self.params) if self.params else "")
 
     def weights(self, p_hat: torch.Tensor, bins: int, reference: torch.Tensor | None = None) -> torch.Tensor:
-        """`(G,)` success rates (NaN: no scorable reward) -> `(G,)` float64 weights; `reference` defaults to the
-        batch's own rates (CurveRL's rule for an empty window) and is used only by stateful weights."""
+        """`(G,)` success rates (NaN: no scorable reward) -> `(G,)` float64 weights; `reference` (the window's rates;
+        None while it holds none) defaults to the batch's own rates, CurveRL's rule; only stateful weights read it."""
         if reference is None:
             reference = inner(p_hat)
         w = self.row.fn(p_hat.nan_to_num(0.0), bins=bins, reference=reference,
@@ -115,9 +115,13 @@ class PromptWeightSpec:
         return torch.where(torch.isnan(p_hat), 0.0, w)
 
 
+def _form(row: PromptWeight) -> str:
+    """How a setting spells the weight: `gaussian:MU,SIGMA`."""
+    return row.name + (":" + ",".join(p.upper() for p in row.params) if row.params else "")
+
+
 def valid_forms() -> str:
-    return " | ".join(name + (":" + ",".join(p.upper() for p in row.params) if row.params else "")
-                      for name, row in _REGISTRY.items())  # fmt: skip
+    return " | ".join(map(_form, _REGISTRY.values()))
 
 
 def parse_prompt_weight(setting, window=None) -> PromptWeightSpec | None:
@@ -263,17 +267,18 @@ _CHECKS = {"gaussian": _check_gaussian}
 @dataclass
 class PromptWindow:
     """CurveRL's sliding window: the success rates in (0, 1) of the last `size` batches (one entry per batch, empty
-    ones too). `reference(p_hat)` is the lagged reference (the window, or the current batch's rates while the window
-    holds none); `push(p_hat)` adds the batch after its weights are computed and evicts the oldest beyond `size`.
+    ones too). `reference()` is the lagged reference, its rates (None while it holds none: then the current batch is
+    the reference, `PromptWeightSpec.weights`); `push(p_hat)` adds the batch after its weights are computed and evicts
+    the oldest beyond `size`.
     `state_dict()` / `load_state_dict()` are JSON-ready (checkpoints)."""
 
     size: int = DEFAULT_WINDOW
     batches: list[list[float]] = field(default_factory=list)
     pushed: int = 0  # batches seen in all
 
-    def reference(self, p_hat: torch.Tensor) -> torch.Tensor:
+    def reference(self) -> torch.Tensor | None:
         held = [p for batch in self.batches for p in batch]
-        return torch.tensor(held, dtype=torch.float64) if held else inner(p_hat.to(torch.float64).cpu())
+        return torch.tensor(held, dtype=torch.float64) if held else None
 
     def push(self, p_hat: torch.Tensor) -> None:
         self.batches.append(inner(p_hat.to(torch.float64).cpu()).tolist())
@@ -306,14 +311,14 @@ class PromptWindow:
 
 def prompt_weight_help() -> str:
     """Names and summaries for `OrderGradConfig.ordergrad_prompt_weight`'s help."""
-    return "; ".join(f"{valid_forms().split(' | ')[i]} ({row.summary})" for i, row in enumerate(_REGISTRY.values()))
+    return "; ".join(f"{_form(row)} ({row.summary})" for row in _REGISTRY.values())
 
 
 def prompt_weight_table() -> str:
     """The markdown table of docs/estimators.md, one row per registered prompt weight."""
     rows = ["| setting | weight w(p_hat) | state | rewards | what it optimizes | source |", "|---|---|---|---|---|---|"]
-    for form, row in zip(valid_forms().split(" | "), _REGISTRY.values()):
+    for row in _REGISTRY.values():
         state = f"window of `{WINDOW_FIELD}` batches" if row.stateful else "none"
-        rows.append(f"| `{form}` | {row.formula} | {state} | {row.rewards} | {row.objective} "
+        rows.append(f"| `{_form(row)}` | {row.formula} | {state} | {row.rewards} | {row.objective} "
                     f"| {row.source or 'this package'} |")  # fmt: skip
     return "\n".join(rows)

@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..core.advantage import _float64_device
-from ..core.prompt_weights import DEFAULT_WINDOW, PromptWeightSpec, PromptWindow, inner, success_rates
+from ..core.prompt_weights import DEFAULT_WINDOW, PromptWeightSpec, PromptWindow, success_rates
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def weigh_groups(advantages: torch.Tensor, weights: torch.Tensor, grouped: torch
     if window is not None:
         metrics["ordergrad/prompt_weight/window"].append(float(len(window)))
         if train:
-            window.push(inner(success_rates(grouped, spec)))
+            window.push(success_rates(grouped, spec))  # the window keeps the rates inside (0, 1)
     device = _float64_device(advantages)  # the CPU where there is no float64 (MPS)
     weighted = advantages.to(device).double() * weights.to(device).double()[:, None]
     return weighted.to(advantages.dtype).to(advantages.device)
