@@ -195,6 +195,20 @@ def check_summarize(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     assert (assets / "compare_objectives.md").read_text() == committed, "the committed summary is stale: --summarize"
 
 
+def check_unit_cost(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """docs/benchmarks.md's unit-cost commands, shrunk (--smoke, the tiny model) into tmp_path; the vLLM one where
+    vLLM is installed (CI's vLLM venv; its CPU build needs a model of head size 64, tests/test_vllm_cpu_eval.py)."""
+    import importlib.util
+
+    backend = flag(cmd.argv, "--eval_backend")
+    if backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed: the vLLM eval runs in CI's vLLM step")
+    argv = [tmp_path / a if a.startswith("cost/") else a for a in absolute(cmd.argv[1:])]
+    proc = run([sys.executable, *map(str, argv), "--smoke", "--model_name_or_path", str(tiny_model_dir)], tmp_path)
+    unit = json.loads((tmp_path / flag(cmd.argv, "--assets_dir") / "rloo-s40.json").read_text())
+    assert unit["eval_backend"] == backend and unit["eval_wall_s"] > 0, proc.stdout[-2000:]
+
+
 def check_frontier(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     """The committed units (and reruns) copied, the report rebuilt there: it must equal the committed one."""
     import shutil
@@ -223,6 +237,7 @@ HANDLERS = [
     (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
     (r"python recipes/compare_objectives\.py$", delegated("test_compare_objectives")),
     (r"python recipes/compare_objectives\.py --summarize$", check_summarize),
+    (r"python recipes/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
     (r"python recipes/objective_frontier\.py$", check_frontier),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),

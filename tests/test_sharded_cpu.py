@@ -97,6 +97,9 @@ def test_zero3_curverl_holds_one_window_on_both_ranks_and_resumes_it(tiny_model_
 
     out = tmp_path / "zero3_curverl"
     ranks = launch("zero3.yaml", tiny_model_dir, out, mode="sharded_curverl")
+    for r in ranks:  # ZeRO-3 really ran: about half of every parameter per rank
+        eng = r["engine"]
+        assert eng["deepspeed"] and eng["zero_stage"] == 3 and eng["held"] <= 0.55 * eng["total"] + 64, eng
     check_curverl_ranks(ranks)
     resumed = launch("zero3.yaml", tiny_model_dir, tmp_path / "resumed", str(out / "run" / "checkpoint-1"),
                      mode="sharded_curverl")  # fmt: skip
