@@ -70,6 +70,7 @@ ARMS = {
     "max8": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "8"],
     "top2of4": ["--ordergrad_objective", "TopM:2", "--ordergrad_k", "4"],
     "min4": ["--ordergrad_objective", "ReMin", "--ordergrad_k", "4"],
+    "max2": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "2"],  # best of 2: the crossover study's low k
     "maxrl": ["--ordergrad_estimator", "maxrl"],  # replication seeds (exploratory) and the head-to-head
     # CurveRL as published: grpo unscaled, CurveRL's prompt weight over a 10-batch window (docs/estimators.md)
     "curverl": ["--ordergrad_estimator", "grpo", "--scale_rewards", "none", "--ordergrad_prompt_weight", "curverl"],
@@ -294,6 +295,9 @@ def main():
     parser.add_argument("--seeds", nargs="*", type=int, default=list(SEEDS), help="seeds whose missing units run")
     parser.add_argument("--config", default=str(CONFIG), help="training config shared by every arm")
     parser.add_argument("--model_name_or_path", default=None, help="base model (default: the config's)")
+    parser.add_argument("--eval_split", default=None,
+                        help="split the eval samples (default: the config's dataset_test_split); a pilot that tunes "
+                             "a budget evaluates on validation, never on test")  # fmt: skip
     parser.add_argument("--eval_problems", type=int, default=200)
     parser.add_argument("--num_samples", type=int, default=16)
     parser.add_argument("--eval_batch_size", type=int, default=128, help="hf eval backend: sequences per call")
@@ -327,6 +331,8 @@ def main():
     cfg = {k: cfg[k] for k in ("dataset_name", "dataset_test_split", "temperature", "max_completion_length",
                                "system_prompt", "num_generations", "learning_rate", "max_steps",
                                "per_device_train_batch_size", "gradient_accumulation_steps") if k in cfg}  # fmt: skip
+    if args.eval_split:
+        cfg["dataset_test_split"] = args.eval_split
     sys.path.insert(0, str(REPO))  # eval/ and ordergrad_trl from this checkout
     assets = Path(args.assets_dir)
     args.arm_flags = {**ARMS, **recorded_arms(assets)}

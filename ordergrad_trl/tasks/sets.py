@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from .arithmetic import ARITHMETIC_SPEC, DIGITS_SPEC
+from .chains import CHAINS_SPEC
 from .prompts import last_boxed
 from .spec import (
     Generated,
@@ -142,6 +143,7 @@ _SPECS = (
     ),
     ARITHMETIC_SPEC,
     DIGITS_SPEC,
+    CHAINS_SPEC,
 )
 
 MATH_SETS: Mapping[str, MathSetSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
