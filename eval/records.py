@@ -1,4 +1,4 @@
-"""The run layout's readers, for scripts of this checkout (`recipes/compare_objectives.py`)."""
+"""The run layout's readers, for scripts of this checkout (`studies/compare_objectives.py`)."""
 
 from ordergrad_trl.evaluation.records import dataset_dirs, read_jsonl
 

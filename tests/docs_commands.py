@@ -1,4 +1,4 @@
-"""The shell commands that README.md, eval/README.md and docs/*.md show users, parsed once for every docs test.
+"""The shell commands that README.md, eval/README.md, studies/README.md and docs/*.md show users, parsed once for every docs test.
 
 A command is one step of a ```bash block line (backslash continuations joined, `# comments` dropped, `&&` chains
 and a trailing `&` split into steps), or an inline `code` span that starts an entry point (`python ...`,
@@ -34,7 +34,7 @@ class Command:
 
 
 def doc_files() -> list[str]:
-    docs = ["README.md", "eval/README.md"] + sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))
+    docs = ["README.md", "eval/README.md", "studies/README.md"] + sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))
     return [d for d in docs if (REPO / d).is_file()]
 
 

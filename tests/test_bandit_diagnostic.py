@@ -1,4 +1,4 @@
-"""A reduced run of recipes/bandit_diagnostic.py: each objective must win on its own metric, and the exact metrics
+"""A reduced run of studies/bandit_diagnostic.py: each objective must win on its own metric, and the exact metrics
 it reports must match brute-force enumeration."""
 
 import importlib.util
@@ -12,7 +12,7 @@ from oracle import lstat
 
 from ordergrad_trl import rank_weights
 
-SCRIPT = Path(__file__).resolve().parents[1] / "recipes" / "bandit_diagnostic.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "bandit_diagnostic.py"
 
 
 @pytest.fixture(scope="module")

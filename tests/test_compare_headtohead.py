@@ -1,4 +1,4 @@
-"""recipes/compare_headtohead.py, the pre-registered Max@8 vs MaxRL head-to-head, on synthetic units: interim without
+"""studies/compare_headtohead.py, the pre-registered Max@8 vs MaxRL head-to-head, on synthetic units: interim without
 a p-value; once complete, both primaries against scipy's one-sample t test, Holm by hand and math.comb; the verdict
 rule and the README sentence for each verdict; the failure rule; the reproduction check gating the pooled seeds;
 the driver's --summarize; and the pre-registration's text frozen at the commit its units run from."""
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "recipes"))
+sys.path.insert(0, str(REPO / "studies"))
 
 import compare_headtohead as h2h  # noqa: E402
 
@@ -135,7 +135,7 @@ def test_driver_summarizes_the_head_to_head_folder(tmp_path):
     assets = tmp_path / "compare_objectives_headtohead"
     _write(assets, [25], torch.Generator().manual_seed(4))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), "--summarize", "--assets_dir", str(assets)]
+    cmd = [sys.executable, str(REPO / "studies" / "compare_objectives.py"), "--summarize", "--assets_dir", str(assets)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "**Pre-registered head-to-head**" in result.stdout and "2 of 30 units in" in result.stdout
@@ -148,7 +148,7 @@ def test_the_preregistration_is_unchanged_and_every_unit_ran_at_its_commit():
     end = min(i for i in (results.find("<!-- headtohead:start -->", start), results.index("\n## ", start)) if i > 0)
     digest = hashlib.sha256(results[start:end].rstrip("\n").encode()).hexdigest()
     assert digest == "c0c33436e8305d5ff58636be6b673c0b7868ff01e5bff24290d5e311cd6cc1ed"
-    assets = REPO / "recipes" / "assets" / "compare_objectives_headtohead"
+    assets = REPO / "studies" / "assets" / "compare_objectives_headtohead"
     commits = {json.loads(p.read_text())["commit"] for p in assets.glob("*.json")}
     assert commits <= {"e4186fce522944d9b9696189346dc7c3b0f8a386"}, commits
 
@@ -156,11 +156,11 @@ def test_the_preregistration_is_unchanged_and_every_unit_ran_at_its_commit():
 def test_the_committed_report_is_what_its_units_give():
     from test_published_results import _same
 
-    assets = REPO / "recipes" / "assets" / "compare_objectives_headtohead"
+    assets = REPO / "studies" / "assets" / "compare_objectives_headtohead"
     committed = json.loads((assets.parent / f"{assets.name}.json").read_text())
     fresh = json.loads(json.dumps(h2h.headtohead(assets, assets.parent / "compare_objectives_replication")))
     assert _same(fresh, committed), \
-        "stale: rerun `compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead`"
+        "stale: rerun `compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_headtohead`"
     assert (assets.parent / f"{assets.name}.md").read_text() == h2h.table(committed) + "\n"
 
 
@@ -169,7 +169,7 @@ def test_docs_quote_the_head_to_head_at_its_stage():
     and gives no p-value or interval before every seed is in (then the pre-registered sentence, verbatim)."""
     import re
 
-    report = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+    report = json.loads((REPO / "studies" / "assets" / "compare_objectives_headtohead.json").read_text())
     results = (REPO / "docs" / "results.md").read_text()
     block = " ".join(results[results.index("<!-- headtohead:start -->"): results.index("<!-- headtohead:end -->")].split())
     assert f"{report['units']['present']} of {report['units']['expected']} units in" in block
@@ -206,11 +206,11 @@ def test_docs_quote_the_head_to_head_at_its_stage():
 
 def test_docs_state_the_reproduction_check_as_the_reruns_have_it():
     """docs/results.md: both reruns at the design's commit gave the committed units' counts and training rewards."""
-    report = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+    report = json.loads((REPO / "studies" / "assets" / "compare_objectives_headtohead.json").read_text())
     check = report.get("pooled", {}).get("reproduction_check")
     if not check or check["status"] == "not available":
         pytest.skip("the reproduction units have not run")
-    assets = REPO / "recipes" / "assets"
+    assets = REPO / "studies" / "assets"
     results = " ".join((REPO / "docs" / "results.md").read_text().split())
     pairs = [(json.loads((assets / "compare_objectives_replication" / f"{u}.json").read_text()),
               json.loads((assets / check["path"] / f"{u}.json").read_text())) for u in h2h.REPRO_UNITS]  # fmt: skip
@@ -270,7 +270,7 @@ def test_docs_quote_the_between_set_disagreement_the_ceiling_and_the_bound_as_th
     """Issue 49: beside the pooled result, the two seed sets' disagreement on (i) and a random-effects interval (F1);
     the ceiling seeds split by which arm was there (F3); the 97.5% interval's bound on a Max@8 lead (F6). In
     docs/results.md, the guide and the README, each number as the committed report has it."""
-    report = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+    report = json.loads((REPO / "studies" / "assets" / "compare_objectives_headtohead.json").read_text())
 
     def flat(path):
         return " ".join((REPO / path).read_text().split())

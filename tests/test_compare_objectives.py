@@ -1,4 +1,4 @@
-"""recipes/compare_objectives.py: curves against closed forms, the bootstrap summary, and a tiny end-to-end run."""
+"""studies/compare_objectives.py: curves against closed forms, the bootstrap summary, and a tiny end-to-end run."""
 
 import importlib.util
 import json
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "recipes"))
+sys.path.insert(0, str(REPO / "studies"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import compare_summary  # noqa: E402
@@ -109,7 +109,7 @@ def test_summary_refuses_units_from_another_protocol(tmp_path):
 
 def documented() -> list:
     """The docs' command that runs the comparison (tests/docs_commands.py); the smoke test below runs it shrunk."""
-    return [c for c in documented_commands() if not c.inline and c.argv == ("python", "recipes/compare_objectives.py")]
+    return [c for c in documented_commands() if not c.inline and c.argv == ("python", "studies/compare_objectives.py")]
 
 
 def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
@@ -303,7 +303,7 @@ def test_new_seeds_ran_at_the_preregistered_commit():
     """Seeds 3-9 of the four pre-registered arms were all measured by the commit that holds their pre-registration;
     GRPO's seeds 3-9 and the replication's rloo and max8 units (seeds 10-24) at 9fd3a65; the exploratory maxrl
     units at 6f46570, the commit that added the arm."""
-    assets = REPO / "recipes" / "assets"
+    assets = REPO / "studies" / "assets"
     units = sorted(p for p in (assets / "compare_objectives").glob("*-s[3-9].json") if not p.name.startswith("grpo"))
     commits = {json.loads(path.read_text())["commit"] for path in units}
     assert len(units) == 28 and len(commits) == 1, (len(units), commits)
@@ -325,13 +325,13 @@ def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_p
     """The docstring's ten-seed command, once every unit is in, writes the summary `--summarize` writes: the summary
     covers every finished unit, not only the arms and seeds of the command line (cwd elsewhere)."""
     ten_seed = "--arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9"
-    assert ten_seed in (REPO / "recipes" / "compare_objectives.py").read_text()
-    published = REPO / "recipes" / "assets"
+    assert ten_seed in (REPO / "studies" / "compare_objectives.py").read_text()
+    published = REPO / "studies" / "assets"
     assets = tmp_path / "compare_objectives"
     assets.mkdir()
     for unit in (published / "compare_objectives").glob("*.json"):
         (assets / unit.name).write_bytes(unit.read_bytes())
-    cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), *ten_seed.split(),
+    cmd = [sys.executable, str(REPO / "studies" / "compare_objectives.py"), *ten_seed.split(),
            "--assets_dir", str(assets)]  # fmt: skip
     result = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
                             timeout=600, cwd=tmp_path)  # fmt: skip
@@ -357,7 +357,7 @@ def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_p
 )  # fmt: skip
 def test_a_defined_arm_is_checked_when_given(spec, needle):
     """`--arm NAME=FLAGS` fails before any unit runs, naming what is wrong (the plan's own text for a bad setting)."""
-    sys.path.insert(0, str(REPO / "recipes"))
+    sys.path.insert(0, str(REPO / "studies"))
     import compare_objectives
 
     with pytest.raises(ValueError) as info:
@@ -368,7 +368,7 @@ def test_a_defined_arm_is_checked_when_given(spec, needle):
 
 
 def test_curverl_arm_is_curverl_as_published():
-    sys.path.insert(0, str(REPO / "recipes"))
+    sys.path.insert(0, str(REPO / "studies"))
     import compare_objectives
 
     plan = compare_summary.plan_of_flags(compare_objectives.ARMS["curverl"], 16)
@@ -387,7 +387,7 @@ def test_units_of_two_eval_backends_are_not_summarized_together(tmp_path):
 
 
 def test_auto_eval_backend_follows_the_units_already_there(tmp_path):
-    sys.path.insert(0, str(REPO / "recipes"))
+    sys.path.insert(0, str(REPO / "studies"))
     import compare_objectives
 
     fresh = "vllm" if importlib.util.find_spec("vllm") else "hf"

@@ -1,4 +1,4 @@
-"""recipes/compare_replication.py: the pre-registered replication on synthetic units, against scipy's one-sample t test
+"""studies/compare_replication.py: the pre-registered replication on synthetic units, against scipy's one-sample t test
 and pass@8 from math.comb: interim without a p-value, the test once every seed is in, the verdict rule, failures,
 missing seeds, ceiling seeds, the reproduction check and the exploratory pooled analysis; and the CLI."""
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "recipes"))
+sys.path.insert(0, str(REPO / "studies"))
 
 import compare_replication  # noqa: E402
 
@@ -141,7 +141,7 @@ def test_cli_summarizes_the_replication_folder_and_refuses_a_stale_unit(tmp_path
     assets, ten = tmp_path / "compare_objectives_replication", tmp_path / "ten"
     _write(assets, [10], gen)
     _write(ten, [0], gen)
-    cmd = [sys.executable, str(REPO / "recipes" / "compare_objectives.py"), "--summarize", "--assets_dir", str(assets),
+    cmd = [sys.executable, str(REPO / "studies" / "compare_objectives.py"), "--summarize", "--assets_dir", str(assets),
            "--ten_seed_dir", str(ten)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)

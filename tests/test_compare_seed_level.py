@@ -1,4 +1,4 @@
-"""recipes/compare_seed_level.py: the chi-square SD interval, the sign test, and what the ten-seed summary adds to the
+"""studies/compare_seed_level.py: the chi-square SD interval, the sign test, and what the ten-seed summary adds to the
 pre-registered analysis (adjusted intervals, the primaries without the seeds seen first, ceiling seeds, the
 base-model sign test), each against scipy as the independent oracle."""
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "recipes"))
+sys.path.insert(0, str(REPO / "studies"))
 sys.path.insert(0, str(REPO / "tests"))
 
 import compare_seed_level  # noqa: E402

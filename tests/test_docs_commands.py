@@ -26,7 +26,7 @@ from docs_commands import REPO, Command, commands_in, doc_files, documented_comm
 
 COMMANDS = documented_commands()
 # Relative paths in the docs are relative to the repo root; run from elsewhere they must be made absolute.
-REPO_PATH = re.compile(r"^(recipes|benchmarks|docs|accelerate_configs)/")
+REPO_PATH = re.compile(r"^(recipes|studies|benchmarks|docs|accelerate_configs)/")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -187,12 +187,16 @@ def check_summarize(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     # the committed units, summarized into a copy so that the committed summary is not rewritten by a test
     import shutil
 
-    assets = tmp_path / "assets"
-    shutil.copytree(REPO / "recipes" / "assets" / "compare_objectives", assets / "compare_objectives")
-    run([sys.executable, *absolute(cmd.argv[1:]), "--assets_dir", str(assets / "compare_objectives")], tmp_path)
-    assert (assets / "compare_objectives.json").is_file()
-    committed = (REPO / "recipes" / "assets" / "compare_objectives.md").read_text()
-    assert (assets / "compare_objectives.md").read_text() == committed, "the committed summary is stale: --summarize"
+    name = Path(flag(cmd.argv, "--assets_dir", "studies/assets/compare_objectives")).name
+    assets = tmp_path / "assets"  # with its siblings: the reruns (`<name>_repro/`) and the failures file it reports
+    shutil.copytree(REPO / "studies" / "assets", assets)
+    for report in (assets / f"{name}.md", assets / f"{name}.json"):
+        report.unlink()
+    argv = absolute(cmd.argv[1:3])  # the script and --summarize; --assets_dir is the copy
+    run([sys.executable, *argv, "--assets_dir", str(assets / name)], tmp_path)
+    assert (assets / f"{name}.json").is_file()
+    committed = (REPO / "studies" / "assets" / f"{name}.md").read_text()
+    assert (assets / f"{name}.md").read_text() == committed, f"the committed summary is stale: {cmd.text}"
 
 
 def check_unit_cost(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
@@ -213,16 +217,16 @@ def check_frontier(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     """The committed units (and reruns) copied, the report rebuilt there: it must equal the committed one."""
     import shutil
 
-    sys.path.insert(0, str(REPO / "recipes"))
+    sys.path.insert(0, str(REPO / "studies"))
     from objective_frontier import REPROS, SOURCES
 
     assets = tmp_path / "assets"
     for folder in (*SOURCES, *REPROS):
-        if (REPO / "recipes" / "assets" / folder).is_dir():
-            shutil.copytree(REPO / "recipes" / "assets" / folder, assets / folder)
+        if (REPO / "studies" / "assets" / folder).is_dir():
+            shutil.copytree(REPO / "studies" / "assets" / folder, assets / folder)
     run([sys.executable, *absolute(cmd.argv[1:]), "--assets_dir", str(assets)], tmp_path)
-    committed = (REPO / "recipes" / "assets" / "objective_frontier.md").read_text()
-    assert (assets / "objective_frontier.md").read_text() == committed, "stale: python recipes/objective_frontier.py"
+    committed = (REPO / "studies" / "assets" / "objective_frontier.md").read_text()
+    assert (assets / "objective_frontier.md").read_text() == committed, "stale: python studies/objective_frontier.py"
 
 
 HANDLERS = [
@@ -235,17 +239,18 @@ HANDLERS = [
      delegated("test_eval_docs_commands")),
     (r"python benchmarks/trl_suite/run\.py\b", delegated("test_trl_suite")),
     (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
-    (r"python recipes/compare_objectives\.py$", delegated("test_compare_objectives")),
-    (r"python recipes/compare_objectives\.py --summarize$", check_summarize),
-    (r"python recipes/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
-    (r"python recipes/objective_frontier\.py$", check_frontier),
+    (r"python studies/compare_objectives\.py$", delegated("test_compare_objectives")),
+    (r"python studies/compare_objectives\.py --summarize"
+     r"( --assets_dir studies/assets/compare_objectives_(replication|headtohead))?$", check_summarize),
+    (r"python studies/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
+    (r"python studies/objective_frontier\.py$", check_frontier),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
     (r"python benchmarks/prompt_weight_speed\.py$", check_script(["--repeats", "3", "--quick"], r"curverl / none")),
     (r"python benchmarks/maj_speed\.py$", check_script(["--quick"])),
     (r"python benchmarks/reward_speed\.py\b", check_script(["--items", "16"])),
     (r"python benchmarks/trainer_step\.py$", check_script(["--rounds", "1", "--steps", "2", "--warmup", "0"])),
-    (r"python recipes/bandit_diagnostic\.py$", check_script(["--steps", "3", "--seeds", "1", "--output_dir", "{tmp}"])),
+    (r"python studies/bandit_diagnostic\.py$", check_script(["--steps", "3", "--seeds", "1", "--output_dir", "{tmp}"])),
     (r"python docs/generate_config_reference\.py$", check_config_reference),
     (r"python docs/prompt_weight_bias\.py$", check_script(["--check"])),
     (r"python -m verl\.trainer\.main_ppo\b|bash recipes/verl/", delegated("test_verl_docs")),

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "ordergrad_trl"
 LAYERS = {"core": 0, "training": 1, "tasks": 1, "evaluation": 2, "integrations": 2}  # see ordergrad_trl/__init__
 MAX_LINES = 400
-OWN_SOURCES = ["ordergrad_trl", "eval", "recipes", "benchmarks", "docs"]
+OWN_SOURCES = ["ordergrad_trl", "eval", "recipes", "studies", "benchmarks", "docs"]
 
 
 def module_name(path: Path) -> str:

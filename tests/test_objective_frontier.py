@@ -1,4 +1,4 @@
-"""recipes/objective_frontier.py on synthetic units, against math.comb and scipy's t: sets split by commit, units
+"""studies/objective_frontier.py on synthetic units, against math.comb and scipy's t: sets split by commit, units
 without a commit left out, pairs on common seeds, reproduction checks linking commits; the CLI from another
 directory; and the committed report rebuilt from the committed units."""
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "recipes"))
+sys.path.insert(0, str(REPO / "studies"))
 
 import objective_frontier  # noqa: E402
 
@@ -160,7 +160,7 @@ def test_cli_from_another_directory_writes_the_three_files(assets, tmp_path_fact
     path, _ = assets
     elsewhere = tmp_path_factory.mktemp("cwd")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, str(REPO / "recipes" / "objective_frontier.py"), "--assets_dir", str(path)]
+    cmd = [sys.executable, str(REPO / "studies" / "objective_frontier.py"), "--assets_dir", str(path)]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert json.loads((path / "objective_frontier.json").read_text())["units"] == 21
@@ -176,7 +176,7 @@ def test_the_committed_frontier_is_what_the_committed_units_give():
 
     committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
     fresh = json.loads(json.dumps(objective_frontier.frontier()))
-    assert _same(fresh, committed), "stale: rerun `python recipes/objective_frontier.py`"
+    assert _same(fresh, committed), "stale: rerun `python studies/objective_frontier.py`"
     assert (objective_frontier.ASSETS / "objective_frontier.md").read_text() == objective_frontier.table(committed) + "\n"
 
 

@@ -1,6 +1,6 @@
 """The published reading of the comparison quotes the committed summary: the primary table and every interval in
 docs/results.md's result block and the README's caption and results bullet are numbers of
-recipes/assets/compare_objectives.json, at the strength its tests give them; the disclosures hold."""
+studies/assets/compare_objectives.json, at the strength its tests give them; the disclosures hold."""
 
 import hashlib
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SUMMARY = json.loads((REPO / "recipes" / "assets" / "compare_objectives.json").read_text())
+SUMMARY = json.loads((REPO / "studies" / "assets" / "compare_objectives.json").read_text())
 RESULTS = (REPO / "docs" / "results.md").read_text()
 README = (REPO / "README.md").read_text()
 BLOCK = RESULTS[RESULTS.index("<!-- result:start -->") : RESULTS.index("<!-- result:end -->")]
@@ -57,12 +57,12 @@ def _pass16_minus_base() -> dict[str, dict]:
     committed units: the seed-level t of `compare_seed_level.minus_base` (the base model held fixed)."""
     import sys
 
-    sys.path.insert(0, str(REPO / "recipes"))
+    sys.path.insert(0, str(REPO / "studies"))
     from compare_replication import pass_at_k
     from compare_seed_level import minus_base
     from compare_summary import load_units
 
-    assets = REPO / "recipes" / "assets"
+    assets = REPO / "studies" / "assets"
     ten, rep = load_units(assets / "compare_objectives"), load_units(assets / "compare_objectives_replication")
     base = pass_at_k(ten["base"], 16)
     out = {}
@@ -82,10 +82,10 @@ def test_every_quoted_interval_is_in_the_summary(where):
     assert len(quoted) >= (20 if where.startswith("docs") else 5)
     held = _summary_intervals() | {f"[{_pts(lo)}, {_pts(hi)}]" for t in _pass16_minus_base().values() for lo, hi in [t["ci"]]}
     if not where.startswith("docs"):
-        frontier = json.loads((REPO / "recipes" / "assets" / "objective_frontier.json").read_text())
+        frontier = json.loads((REPO / "studies" / "assets" / "objective_frontier.json").read_text())
         held |= {f"[{_pts(lo)}, {_pts(hi)}]" for e in frontier["differences"] for m in ("pass@k", "pass^k")
                  for lo, hi in e[m]["ci"]}  # fmt: skip
-        h2h = json.loads((REPO / "recipes" / "assets" / "compare_objectives_headtohead.json").read_text())
+        h2h = json.loads((REPO / "studies" / "assets" / "compare_objectives_headtohead.json").read_text())
         held |= {f"[{_pts(lo)}, {_pts(hi)}]" for t in h2h.get("tests", {}).values() for lo, hi in [t["ci"]]}
         held |= {f"[{_pts(lo)}, {_pts(hi)}]" for b in h2h.get("between_sets", {}).values()
                  for lo, hi in [b["random_effects"]["ci"]]}  # fmt: skip
@@ -179,8 +179,8 @@ def test_pass16_below_the_base_model_is_quoted_from_the_units():
 
 def test_the_bandit_quotes_each_objective_s_cost_from_its_json():
     """Beside "each raises its own metric most" (README and docs/results.md), what each gave up (issue 49, F4), as
-    recipes/assets/bandit_diagnostic.json has it: every quoted value fell from the uniform start."""
-    bandit = json.loads((REPO / "recipes" / "assets" / "bandit_diagnostic.json").read_text())
+    studies/assets/bandit_diagnostic.json has it: every quoted value fell from the uniform start."""
+    bandit = json.loads((REPO / "studies" / "assets" / "bandit_diagnostic.json").read_text())
     start, final = bandit["start"], bandit["final"]
     falls = [("best_of_k", "mean"), ("best_of_k", "lowertail"), ("mean", "max"), ("worst_of_k", "max")]
     assert all(final[run][m] < start[m] for m, run in falls)
@@ -213,7 +213,7 @@ def test_quickstart_eval_reuse_is_disclosed():
 
     cfg = yaml.safe_load((REPO / "recipes" / "configs" / "cpu_quickstart.yaml").read_text())
     ids = load_math_dataset(cfg["dataset_name"], split=cfg["dataset_test_split"])["id"]
-    unit = json.loads((REPO / "recipes" / "assets" / "compare_objectives" / "rloo-s0.json").read_text())
+    unit = json.loads((REPO / "studies" / "assets" / "compare_objectives" / "rloo-s0.json").read_text())
     assert set(ids[: cfg["max_eval_samples"]]) <= set(unit["eval"]["problem_ids"]) == set(ids[:200])
     n = cfg["max_eval_samples"]
     assert f"first {n} of the comparison's 200 test problems" in _flat(README)
@@ -243,16 +243,16 @@ def test_the_replication_report_is_current_and_quoted_at_its_stage():
     its stage allows: the pre-registered sentence once the test has run, "under way" and no p-value before."""
     import sys
 
-    sys.path.insert(0, str(REPO / "recipes"))
+    sys.path.insert(0, str(REPO / "studies"))
     from compare_replication import _pts as pts
     from compare_replication import SEEDS, readme_sentence, replication
 
-    assets = REPO / "recipes" / "assets" / "compare_objectives_replication"
+    assets = REPO / "studies" / "assets" / "compare_objectives_replication"
     committed = json.loads((assets.parent / f"{assets.name}.json").read_text())
-    fresh = json.loads(json.dumps(replication(assets, REPO / "recipes" / "assets" / "compare_objectives")))
+    fresh = json.loads(json.dumps(replication(assets, REPO / "studies" / "assets" / "compare_objectives")))
     # floats to 1e-12: a reduction's last bit may differ between CPUs
     assert _same(fresh, committed), \
-        "stale: rerun `compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication`"
+        "stale: rerun `compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_replication`"
     status = _flat(RESULTS[RESULTS.index("<!-- replication:start -->") : RESULTS.index("<!-- replication:end -->")])
     assert f"{committed['units']['present']} of {committed['units']['expected']} units in" in status
     for arm, e in committed.get("exploratory_arms", {}).items():  # e.g. maxrl: its progress as the report has it

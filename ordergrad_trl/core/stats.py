@@ -1,4 +1,4 @@
-"""Confidence intervals and tests for evaluation results: the one statistics module of eval, recipes and summaries.
+"""Confidence intervals and tests for evaluation results: the one statistics module of eval and the studies/ summaries.
 
 Two units of replication, two tools:
 

@@ -3,7 +3,7 @@
 Their registry entries (`ARITHMETIC_SPEC`, `DIGITS_SPEC`, in `sets.MATH_SETS`) are defined here, beside the
 generators they name (`load_math_dataset("digits", split="train")`). `digits` is calibrated for
 SmolLM2-135M-Instruct at T=0.7: its base pass@1 is inside (0, 1) with per-problem success spread from 0 to 1,
-which is what a group-relative RL signal needs (measured in `recipes/compare_objectives.py`, base unit).
+which is what a group-relative RL signal needs (measured in `studies/compare_objectives.py`, base unit).
 """
 
 from __future__ import annotations

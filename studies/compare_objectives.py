@@ -3,22 +3,22 @@
 Every arm trains SmolLM2-135M-Instruct with `recipes/math_cvar.py` and `recipes/configs/compare_objectives.yaml`
 on the built-in `digits` task (same base model, data order, sampling, learning rate and steps within a seed; only
 the advantage differs), then `eval/` samples n completions for each held-out problem. A unit (arm x seed, plus the
-untouched base model) writes its small result to `recipes/assets/compare_objectives/<unit>.json` as soon as it
+untouched base model) writes its small result to `studies/assets/compare_objectives/<unit>.json` as soon as it
 finishes, so the run resumes where it stopped: rerun the same command and only the missing units run (a unit
 stopped after its training reuses the saved model and only evaluates).
 
-    python recipes/compare_objectives.py                # every unit still missing, two at a time (one per core)
-    python recipes/compare_objectives.py --units grpo-s0 max8-s0     # just these
-    python recipes/compare_objectives.py --summarize    # table, JSON and figure from the finished units
-    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication
+    python studies/compare_objectives.py                # every unit still missing, two at a time (one per core)
+    python studies/compare_objectives.py --units grpo-s0 max8-s0     # just these
+    python studies/compare_objectives.py --summarize    # table, JSON and figure from the finished units
+    python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_replication
                                                         # the pre-registered replication (compare_replication.py)
-    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead
+    python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_headtohead
                                                         # the pre-registered head-to-head (compare_headtohead.py)
-    python recipes/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
-    python recipes/compare_objectives.py --arms curverl maxrl --seeds 40       # CurveRL as published vs MaxRL
-    python recipes/compare_objectives.py --arm 'max8cv=--ordergrad_objective ReMax --ordergrad_k 8
+    python studies/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
+    python studies/compare_objectives.py --arms curverl maxrl --seeds 40       # CurveRL as published vs MaxRL
+    python studies/compare_objectives.py --arm 'max8cv=--ordergrad_objective ReMax --ordergrad_k 8
         --ordergrad_prompt_weight curverl' --arms max8cv --seeds 40            # any objective + prompt weight
-    python recipes/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
+    python studies/compare_objectives.py --smoke --model_name_or_path /path/to/tiny --assets_dir /tmp/cmp  # CI
 
 Arms (dr_grpo loss and no clipping: the gradient is exactly -(1/(N L)) sum_i A_i grad log pi, so the advantage
 is the only difference; with 0/1 rewards it is a per-group weight on (r - group mean), see `group_weights`):
@@ -61,9 +61,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
-ASSETS = REPO / "recipes" / "assets" / "compare_objectives"
-REPLICATION = REPO / "recipes" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
-HEADTOHEAD = REPO / "recipes" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
+ASSETS = REPO / "studies" / "assets" / "compare_objectives"
+REPLICATION = REPO / "studies" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
+HEADTOHEAD = REPO / "studies" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
     "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
@@ -349,7 +349,7 @@ def main():
     unknown_arms = [a for a in args.arms if a not in args.arm_flags]
     if unknown_arms:
         parser.error(f"--arms {unknown_arms}: valid arms are {', '.join(args.arm_flags)} (define others with --arm)")
-    from compare_headtohead import summarize_headtohead  # recipes/, beside this file
+    from compare_headtohead import summarize_headtohead  # studies/, beside this file
     from compare_replication import summarize_replication
     from compare_summary import summarize
 

@@ -1,4 +1,4 @@
-"""Summary of `recipes/compare_objectives.py`: the seed-level primaries, pass@k and pass^k per arm, and a figure.
+"""Summary of `studies/compare_objectives.py`: the seed-level primaries, pass@k and pass^k per arm, and a figure.
 
 Reads the per-unit JSON files (`<arm>-s<seed>.json`, `base.json`) and writes, beside that folder,
 `compare_objectives.json` (every number), `compare_objectives.md` (a table) and `compare_objectives.png`.
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ordergrad_trl import lstat_value, rank_weights
-from compare_plot import plot  # recipes/, beside this file
+from compare_plot import plot  # studies/, beside this file
 from compare_seed_level import base_sign_test, seed_level, seed_level_table, stable
 from ordergrad_trl.core.plan import build_plan
 from ordergrad_trl.core.stats import percentile_interval, resample_means

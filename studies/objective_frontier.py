@@ -1,9 +1,9 @@
 """The pass@k frontier: where each trained objective lands at every k, and what it costs at the others.
 
-    python recipes/objective_frontier.py        # -> recipes/assets/objective_frontier.{md,json,png}
+    python studies/objective_frontier.py        # -> studies/assets/objective_frontier.{md,json,png}
                                                 #    and the table of docs/choosing-an-objective.md
 
-Reads the committed units of the comparisons (the folders in `SOURCES`, under `recipes/assets/`) and reports, for
+Reads the committed units of the comparisons (the folders in `SOURCES`, under `studies/assets/`) and reports, for
 every arm, pass@k and pass^k at k = 1..16 with seed-level 95% t intervals, and paired differences between arms.
 A unit's value at k is the mean over its held-out problems of the U-statistics 1 - C(n-c,k)/C(n,k) (pass@k) and
 C(c,k)/C(n,k) (pass^k) of a problem's c correct of n samples (`compare_summary.curves`).
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import rerun_result, write_report  # recipes/, beside this file
+from compare_replication import rerun_result, write_report  # studies/, beside this file
 from compare_seed_level import stable
 from compare_summary import check_counts, curves, load_units
 from ordergrad_trl.core.stats import seed_t_test
@@ -141,7 +141,7 @@ def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
     differences = [e for a, b in pairs if (e := _difference(a, b, sets, values, checks)) is not None]
     differences.sort(key=lambda e: (_reference_rank(sets[e["minus"]]["arm"]), e["seeds"][0],
                                     _reference_rank(sets[e["set"]]["arm"])))  # fmt: skip
-    return {"command": "python recipes/objective_frontier.py", "sources": list(sources), "num_samples": n,
+    return {"command": "python studies/objective_frontier.py", "sources": list(sources), "num_samples": n,
             "num_problems": len(next(iter(ids))), "ks": list(range(1, n + 1)), "units": len(units) - len(left_out),
             "sets": sets, "main_sets": main_sets(sets, differences), "differences": differences,
             "reproduction_checks": checks, "left_out": left_out,
@@ -193,7 +193,7 @@ def head_to_head(r: dict) -> list[dict]:
 def table(r: dict) -> str:
     head = " | ".join(f"k={k}" for k in SHOWN)
     lines = [f"# The pass@k frontier ({r['units']} units, {r['num_problems']} held-out problems x {r['num_samples']} samples)",
-             "", f"Built by `{r['command']}` from the committed units in {', '.join(f'`recipes/assets/{s}/`' for s in r['sources'])}. "
+             "", f"Built by `{r['command']}` from the committed units in {', '.join(f'`studies/assets/{s}/`' for s in r['sources'])}. "
              "A set is one arm's units at one commit; sets are compared on their common seeds, paired by seed. Every "
              "interval is a seed-level 95% t interval, exploratory and unadjusted (the pre-registered tests are in "
              "their own reports). One model (SmolLM2-135M-Instruct), one task (`digits`), 8 training steps.", "",
@@ -335,7 +335,7 @@ def plot(r: dict, path: Path) -> bool:
 
 
 def write(assets: Path = ASSETS, out: Path | None = None) -> dict:
-    """Writes `<out>.json`, `<out>.md` and `<out>.png` (default `recipes/assets/objective_frontier.*`)."""
+    """Writes `<out>.json`, `<out>.md` and `<out>.png` (default `studies/assets/objective_frontier.*`)."""
     out = out or assets / "objective_frontier"
     r = frontier(assets)
     write_report(out, r, table(r))

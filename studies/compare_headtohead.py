@@ -2,7 +2,7 @@
 
 Its plan: docs/results.md, "Pre-registration: Max@8 vs MaxRL head-to-head on fresh seeds 25-39".
 
-    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_headtohead
+    python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_headtohead
 
 Two primary endpoints, paired by seed s = 25..39, each arm's value the mean over the 200 problems of the
 U-statistic of a problem's c correct of 16 samples: (i) d_s = pass@8(`max8`) - pass@8(`maxrl`) and

@@ -1,4 +1,4 @@
-"""Seed-level inference for `recipes/compare_summary.py` and `recipes/compare_replication.py`.
+"""Seed-level inference for `studies/compare_summary.py` and `studies/compare_replication.py`.
 
 The seed is the unit of replication (training noise is shared by every problem of a seed), so every test here is
 over per-seed values: paired differences d_s = arm(s) - baseline(s), a t test over seeds, Holm over the

@@ -2,7 +2,7 @@
 
 Its plan: docs/results.md, "Pre-registration: a confirmatory replication on fresh seeds 10-24".
 
-    python recipes/compare_objectives.py --summarize --assets_dir recipes/assets/compare_objectives_replication
+    python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_replication
 
 One primary endpoint, d_s = pass@8(`max8`, s) - pass@8(`rloo`, s) for s = 10..24 (each the mean over the 200
 problems of 1 - C(16-c,8)/C(16,8)); a two-sided one-sample t test of mean(d) = 0 over the seeds, alpha 0.05, no
@@ -36,7 +36,7 @@ SEEDS = tuple(range(10, 25))
 ALPHA, POWER = 0.05, 0.8
 MAX_ATTEMPTS = 3  # a seed whose unit failed this often is reported as missing; the test runs on complete pairs
 REPRO_UNIT = "rloo-s9"
-EXPLORATORY = ("maxrl",)  # arms run at the same seeds, reported apart from the test (recipes/compare_objectives.py)
+EXPLORATORY = ("maxrl",)  # arms run at the same seeds, reported apart from the test (studies/compare_objectives.py)
 
 
 def pass_at_k(unit: dict, k: int = K) -> float:

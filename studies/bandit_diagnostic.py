@@ -1,7 +1,7 @@
 """Bandit diagnostic: does training on Mean, Max@K or LowerTailMean raise *its own* metric most? (CPU, < 1 min)
 
-    OMP_NUM_THREADS=1 python recipes/bandit_diagnostic.py                  # writes recipes/assets/bandit_diagnostic.*
-    OMP_NUM_THREADS=1 python recipes/bandit_diagnostic.py --runs mean,max,lowertail,rloo --seeds 3 --no_plot \
+    OMP_NUM_THREADS=1 python studies/bandit_diagnostic.py                  # writes studies/assets/bandit_diagnostic.*
+    OMP_NUM_THREADS=1 python studies/bandit_diagnostic.py --runs mean,max,lowertail,rloo --seeds 3 --no_plot \
         --output_dir /tmp/bandit                                          # a quick look, the committed files untouched
 
 A softmax policy over three arms whose reward distributions make the objectives disagree (K = 4 draws):

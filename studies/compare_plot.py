@@ -1,4 +1,4 @@
-"""The figure of `recipes/compare_summary.py`: the curves per arm, and the seed-level analysis beside them.
+"""The figure of `studies/compare_summary.py`: the curves per arm, and the seed-level analysis beside them.
 
 Top row: pass@k and pass^k per arm (percentile bootstrap over seeds and problems, a secondary view) and the training
 reward. Bottom row: the seed-level paired differences against the baseline (exploratory, unadjusted t intervals)
