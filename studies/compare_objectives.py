@@ -64,6 +64,7 @@ CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
 ASSETS = REPO / "studies" / "assets" / "compare_objectives"
 REPLICATION = REPO / "studies" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
 HEADTOHEAD = REPO / "studies" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
+CROSSOVER = REPO / "studies" / "assets" / "compare_crossover"  # chains: max2 / max8 / maxrl / curverl, pre-registered
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
     "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
@@ -349,7 +350,8 @@ def main():
     unknown_arms = [a for a in args.arms if a not in args.arm_flags]
     if unknown_arms:
         parser.error(f"--arms {unknown_arms}: valid arms are {', '.join(args.arm_flags)} (define others with --arm)")
-    from compare_headtohead import summarize_headtohead  # studies/, beside this file
+    from compare_crossover import summarize_crossover  # studies/, beside this file
+    from compare_headtohead import summarize_headtohead
     from compare_replication import summarize_replication
     from compare_summary import summarize
 
@@ -359,6 +361,8 @@ def main():
                 summarize_replication(assets, Path(args.ten_seed_dir))
             elif assets.resolve().name == HEADTOHEAD.name:
                 summarize_headtohead(assets, REPLICATION)
+            elif assets.resolve().name == CROSSOVER.name:
+                summarize_crossover(assets)
             else:
                 summarize(assets, list(args.arm_flags), arm_flags=args.arm_flags, seen_seeds=SEEDS)
         except ValueError as e:
