@@ -78,6 +78,8 @@ def calibrate(units_dir: Path, bootstrap: int = 10_000) -> dict:
         "num_problems": len(ids), "num_samples": n, "temperature": float(_flag(base, "--temperature")),
         "max_new_tokens": int(_flag(base, "--max_new_tokens")), "eval_backend": base["eval_backend"],
         "base_pass_at_k": {str(k): base_curves[:, k - 1].mean().item() for k in range(1, n + 1)},
+        "base_pass_at_k_ci": {str(k): [x.item() for x in bootstrap_ci(base_curves[:, k - 1], num_samples=bootstrap)]
+                              for k in KS},  # 95%, resampling problems: the eval's own sampling noise
         "base_success_histogram": torch.bincount(counts, minlength=n + 1).tolist(),  # problems with c of n correct
         "base_fraction_inside": ((counts > 0) & (counts < n)).double().mean().item(),
         "commit": base["commit"], "pilot": None,
@@ -124,7 +126,9 @@ def markdown(r: dict) -> str:
              f"{r['max_new_tokens']} new tokens, {r['eval_backend']} backend (commit {r['commit'][:7]}). Rebuilt by "
              "`python studies/chains_calibration.py` from the units in `studies/assets/chains_pilot/`.", "",
              "| k | " + " | ".join(str(k) for k in KS) + " |", "|---" * (len(KS) + 1) + "|",
-             "| base pass@k (%) | " + " | ".join(_pct(r["base_pass_at_k"][str(k)]) for k in KS) + " |", "",
+             "| base pass@k (%) | " + " | ".join(_pct(r["base_pass_at_k"][str(k)]) for k in KS) + " |",
+             "| 95% CI over problems | " + " | ".join("[" + ", ".join(_pct(x) for x in r["base_pass_at_k_ci"][str(k)])
+                                                    + "]" for k in KS) + " |", "",
              f"Per-problem success: {_pct(r['base_fraction_inside'])}% of problems are solved by some but not all "
              f"{n} samples; problems by correct count 0..{n}: {r['base_success_histogram']}."]
     p = r["pilot"]
