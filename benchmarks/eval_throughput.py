@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ordergrad_trl.evaluation import records
+from ordergrad_trl.evaluation import layout, records
 from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs, ScoreArgs
 from ordergrad_trl.evaluation.generate import generate
 from ordergrad_trl.evaluation.provenance import write_provenance
@@ -63,7 +63,7 @@ def main() -> dict:
         s = next(iter(score(ScoreArgs(reward_workers=a.reward_workers), PathArgs(str(out))).values()))
 
         # a larger scoring batch from the same completions (fresh ids, so nothing is cached as already scored)
-        d = next(iter(records.dataset_dirs(out)))
+        d = next(iter(layout.dataset_dirs(out)))
         problems = records.read_jsonl(d / "problems.jsonl")
         gens = list(records.read_samples(d).values())
         big = Path(tmp) / "big" / d.name
@@ -73,7 +73,7 @@ def main() -> dict:
             {**gens[i % len(gens)], "sample": i // len(gens) * a.num_samples + gens[i % len(gens)]["sample"]}
             for i in range(a.score_items)
         ])
-        provenance = json.loads((out / records.PROVENANCE).read_text())  # the same run, more samples per problem
+        provenance = json.loads((out / layout.PROVENANCE).read_text())  # the same run, more samples per problem
         provenance["datasets"][d.name]["num_samples"] = (a.score_items // len(gens) + 1) * a.num_samples
         write_provenance(big.parent, provenance)  # stamped with the check of its new contents
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ordergrad_trl.evaluation import records
+from ordergrad_trl.evaluation import layout, records
 from ordergrad_trl.evaluation.problems import problems_index, problems_sha256
 from ordergrad_trl.evaluation.provenance import write_provenance
 from ordergrad_trl.evaluation.verify import generation_tag
@@ -25,9 +25,9 @@ def adopt(out: str | Path, num_samples: int | None = None) -> dict:
     + 1 per dataset); returns it."""
     out = Path(out)
     datasets = {}
-    for d in records.dataset_dirs(out):
+    for d in layout.dataset_dirs(out):
         problems = records.read_jsonl(d / "problems.jsonl")
-        gens = [r for f in d.glob(records.GEN_GLOB) for r in _raw_rows(f)]  # untagged yet: not read as checked rows
+        gens = [r for f in d.glob(layout.GEN_GLOB) for r in _raw_rows(f)]  # untagged yet: not read as checked rows
         n = num_samples or 1 + max((r["sample"] for r in gens), default=0)
         datasets[d.name] = {"source": d.name, "split": "test", "limit": None, "local_data": False, "num_samples": n,
                             "num_problems": len(problems), "problems_sha256": problems_sha256(problems),
@@ -40,9 +40,9 @@ def adopt(out: str | Path, num_samples: int | None = None) -> dict:
         "datasets": datasets,
     }
     write_provenance(out, provenance)
-    for d in records.dataset_dirs(out):
+    for d in layout.dataset_dirs(out):
         problems = {p["id"]: p for p in records.read_jsonl(d / "problems.jsonl")}
-        for file in d.glob(records.GEN_GLOB):
+        for file in d.glob(layout.GEN_GLOB):
             rows = _raw_rows(file)
             records.write_jsonl_atomic(file, [{**r, "tag": generation_tag(provenance, problems[r["id"]])}
                                               if r.get("id") in problems else r for r in rows])

@@ -112,6 +112,7 @@ def documented() -> list:
     return [c for c in documented_commands() if not c.inline and c.argv == ("python", "studies/compare_objectives.py")]
 
 
+@pytest.mark.slow  # 138 s on a 2-core CPU
 def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assets, work = tmp_path / "cmp", tmp_path / "work"
     (command,) = documented()
@@ -357,8 +358,7 @@ def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_p
 )  # fmt: skip
 def test_a_defined_arm_is_checked_when_given(spec, needle):
     """`--arm NAME=FLAGS` fails before any unit runs, naming what is wrong (the plan's own text for a bad setting)."""
-    sys.path.insert(0, str(REPO / "studies"))
-    import compare_objectives
+    import compare_objectives  # studies/, on sys.path above
 
     with pytest.raises(ValueError) as info:
         compare_objectives.defined_arm(spec, 16)
@@ -368,8 +368,7 @@ def test_a_defined_arm_is_checked_when_given(spec, needle):
 
 
 def test_curverl_arm_is_curverl_as_published():
-    sys.path.insert(0, str(REPO / "studies"))
-    import compare_objectives
+    import compare_objectives  # studies/, on sys.path above
 
     plan = compare_summary.plan_of_flags(compare_objectives.ARMS["curverl"], 16)
     assert (plan.estimator, plan.scale, str(plan.prompt_weight), plan.prompt_weight.window) == (
@@ -387,8 +386,7 @@ def test_units_of_two_eval_backends_are_not_summarized_together(tmp_path):
 
 
 def test_auto_eval_backend_follows_the_units_already_there(tmp_path):
-    sys.path.insert(0, str(REPO / "studies"))
-    import compare_objectives
+    import compare_objectives  # studies/, on sys.path above
 
     fresh = "vllm" if importlib.util.find_spec("vllm") else "hf"
     assert compare_objectives.eval_backend("auto", tmp_path / "none") == fresh

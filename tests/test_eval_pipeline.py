@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 from eval_runs import adopt  # noqa: E402  (tests/ is on sys.path via conftest)
 from test_eval_metrics import brute_maj, subsets_mean  # noqa: E402
 
-from ordergrad_trl.evaluation import records  # noqa: E402
+from ordergrad_trl.evaluation import layout, records  # noqa: E402
 from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs, ReportArgs, ScoreArgs  # noqa: E402
 from ordergrad_trl.evaluation.generate import generate  # noqa: E402
 from ordergrad_trl.evaluation.modeling import load_model_and_tokenizer, resolve_model  # noqa: E402
@@ -257,7 +257,7 @@ def test_data_parallel_workers(tiny_model_dir, tmp_path):
     stats = generate(tiny_args(tiny_model_dir, limit=2, num_samples=3, max_new_tokens=4, data_parallel_size=2),
                      PathArgs(str(out)))
     assert stats["arithmetic"]["samples"] == 6
-    files = sorted(p.name for p in (out / "arithmetic").glob(records.GEN_GLOB))
+    files = sorted(p.name for p in (out / "arithmetic").glob(layout.GEN_GLOB))
     assert files == ["generations.rank0.jsonl", "generations.rank1.jsonl"]
     assert sorted(records.read_samples(out / "arithmetic")) == sorted(
         (f"arithmetic-test-{i:05d}", s) for i in range(2) for s in range(3))

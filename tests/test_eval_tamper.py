@@ -23,7 +23,7 @@ from eval_runs import cli_error
 from test_eval_integrity import stage
 from test_eval_lock import ENV, HOLDER
 
-from ordergrad_trl.evaluation import records, verify
+from ordergrad_trl.evaluation import layout, records, verify
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.errors import UsageError
 from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock
@@ -208,7 +208,7 @@ def test_every_listed_folder_is_verified(run, capsys, name):
     """A backup copy inside the run, hidden or not, is listed and checked by one function (`dataset_dirs`): as a
     folder without a provenance entry it is refused by name, never reported unchecked."""
     shutil.copytree(run / "arithmetic", run / name)
-    assert run / name in records.dataset_dirs(run)
+    assert run / name in layout.dataset_dirs(run)
     for which in ("score", "report"):
         assert f"{run / name}: a dataset folder without an entry" in cli_error(capsys, stage(which, run))
 
@@ -219,7 +219,7 @@ def test_the_verifier_and_the_readers_share_one_list(run, monkeypatch):
     monkeypatch.setattr(verify, "_check_problems", lambda path, *a, **k: seen.append(path.parent) or real(path, *a,
                                                                                                           **k))
     rep = main(stage("report", run))
-    assert seen == records.dataset_dirs(run) and sorted(rep["datasets"]) == [d.name for d in seen]
+    assert seen == layout.dataset_dirs(run) and sorted(rep["datasets"]) == [d.name for d in seen]
 
 
 # --------------------------------------------------------------------------- 4. writes stay inside the named run

@@ -16,7 +16,7 @@ import pytest
 
 from eval_runs import cli_error
 
-from ordergrad_trl.evaluation import records
+from ordergrad_trl.evaluation import records, safe_io
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.errors import UsageError
 from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock
@@ -108,7 +108,7 @@ WRITERS = {
     "append_jsonl": lambda p: records.append_jsonl(p, [ROW]),
     "write_jsonl_atomic": lambda p: records.write_jsonl_atomic(p, [ROW]),
     "write_json_atomic": lambda p: records.write_json_atomic(p, {"a": 1}),
-    "write_bytes_atomic": lambda p: records.write_bytes_atomic(p, b"x\n"),
+    "write_bytes_atomic": lambda p: safe_io.write_bytes_atomic(p, b"x\n"),
     "repair_tail": lambda p: records.repair_tail(p),
 }
 

@@ -47,7 +47,7 @@ def _pass1(out: Path) -> float:
 
 def test_only_the_runs_own_generation_files_are_read(run):
     """Every stray name the old glob matched (a backup beside the real file): never read, never checked."""
-    from ordergrad_trl.evaluation.records import generation_files, kind_of
+    from ordergrad_trl.evaluation.layout import generation_files, kind_of
 
     gen = run / "arithmetic" / "generations.jsonl"
     stray = ["generations.bak.jsonl", "generations.old.jsonl", "generations.rank1.bak.jsonl", "generations-2.jsonl",

@@ -138,3 +138,13 @@ def test_every_module_opens_with_a_one_line_summary():
         lines = doc.strip("\n").splitlines()
         assert lines[0].strip(), f"{where}: the docstring must start with its summary line"
         assert len(lines) == 1 or not lines[1].strip(), f"{where}: the summary must fit on one line"
+
+
+def test_every_declared_pytest_marker_marks_a_test():
+    """A marker pyproject.toml declares (`-m "not slow"` in docs/development.md) selects something."""
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    sources = "\n".join(p.read_text() for p in _own_python_files(["tests"]))
+    unused = [m for m in (d.split(":")[0] for d in declared) if f"pytest.mark.{m}" not in sources]
+    assert not unused, f"markers declared in pyproject.toml that no test uses: {unused}"

@@ -47,6 +47,7 @@ TRL_DIR = REPO.parent / "shared" / "trl"
     reason=f"no TRL checkout at {TRL_DIR} (run.py's default --trl-dir): git clone --branch v1.16.0 "
     f"https://github.com/huggingface/trl {TRL_DIR}",
 )
+@pytest.mark.slow  # 70 s on a 2-core CPU
 def test_trl_suite_subset_against_stock_grpo(tmp_path):
     argv = documented_command()
     assert argv[:2] == ["python", "benchmarks/trl_suite/run.py"], argv

@@ -105,7 +105,7 @@ def _execute(stage: str, parsed: tuple) -> dict:
         stats = score(*parsed)
         print(json.dumps(stats, indent=2))
         return stats
-    from .records import REPORT_MD, run_dir
+    from .layout import REPORT_MD, run_dir
 
     if stage == "run":
         from .run import run

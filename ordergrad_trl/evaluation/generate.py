@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from . import records
+from . import layout
 from .args import GenerateArgs, PathArgs, validate_generate
 from .lock import writer_lock
 from .modeling import materialize_merged
@@ -35,7 +35,7 @@ __all__ = ["generate"]
 def generate(args: GenerateArgs, paths: PathArgs) -> dict:
     """Generate every missing sample of every dataset; returns throughput stats {dataset: {...}}."""
     validate_generate(args)
-    with writer_lock(records.run_dir(paths.output_dir), "generate"):
+    with writer_lock(layout.run_dir(paths.output_dir), "generate"):
         return _generate(args, paths)
 
 

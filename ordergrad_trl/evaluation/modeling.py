@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MissingPathError, UsageError
-from .records import MERGED_DIR
+from .layout import MERGED_DIR
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import records
+from . import layout, records
 from .args import GenerateArgs, PathArgs, validate_generate
 from .devices import resolve_backend, visible_devices, worker_devices
 from .errors import UsageError
@@ -68,7 +68,7 @@ def _merged_problems(path: Path, rows: list[dict]) -> tuple[list[dict], bool]:
 
 
 def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int]]:
-    for file in records.generation_files(key_dir):  # a cut last line is repaired before anything is counted
+    for file in layout.generation_files(key_dir):  # a cut last line is repaired before anything is counted
         records.repair_tail(file)
     done = records.read_samples(key_dir)
     return [(i, s) for i, p in enumerate(problems) for s in range(n) if (p["id"], s) not in done]
@@ -104,7 +104,7 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
         devices = visible_devices()
         dp = args.data_parallel_size or max(1, len(devices) // args.tensor_parallel_size)
         groups = worker_devices(dp, args.tensor_parallel_size, devices)
-    out = records.run_dir(paths.output_dir)
+    out = layout.run_dir(paths.output_dir)
     source = resolve_model(args.model) if backend != "reference" else None
     if source is not None:
         args = dataclasses.replace(args, model=source.model)

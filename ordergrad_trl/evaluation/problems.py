@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .args import GenerateArgs
 from .errors import MissingPathError, UsageError
-from .records import RUN_FILES, canonical
+from .layout import RUN_FILES
+from .records import canonical
 
 __all__ = ["DATA_SUFFIXES", "check_data_file", "dataset_key", "load_problems", "problems_index", "problems_sha256"]
 

@@ -23,9 +23,9 @@ import os
 import time
 from pathlib import Path
 
-from . import records
+from . import layout, records
 from .errors import UsageError
-from .records import PROVENANCE
+from .layout import PROVENANCE
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool, veri
         if not overwrite:
             raise
         old, changes = None, [str(err).split(";")[0]]
-    earlier = out.is_dir() and ((out / records.LEGACY_CONFIG).is_file() or bool(records.dataset_dirs(out)))
+    earlier = out.is_dir() and ((out / layout.LEGACY_CONFIG).is_file() or bool(layout.dataset_dirs(out)))
     legacy = old is None and earlier
     if legacy and not changes:
         changes = ["it was written without provenance (by an earlier version)"]

@@ -10,7 +10,7 @@ import math
 import warnings
 from pathlib import Path
 
-from . import records
+from . import safe_io
 from .metrics import METRICS
 
 
@@ -135,5 +135,5 @@ def plot(report: dict, path: Path) -> bool:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
-    records.write_bytes_atomic(path, buf.getvalue())  # never into a file another run shares (a hard link)
+    safe_io.write_bytes_atomic(path, buf.getvalue())  # never into a file another run shares (a hard link)
     return True

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from . import metrics, records
+from . import layout, metrics, records, safe_io
 from .args import PathArgs, ReportArgs, check_types
 from .errors import UsageError
 from .provenance import read_provenance
@@ -211,10 +211,10 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
     check_args(args)
     reward_weights = parse_reward_weights(args.reward_weights)
     objectives = [parse_objective(o) for o in args.objectives]
-    out, dirs = records.require_run(paths.output_dir, "report")
+    out, dirs = layout.require_run(paths.output_dir, "report")
     check_run(out, "report")  # every file checked against provenance.json before anything is read
     provenance = read_provenance(out)
-    legacy = out / records.LEGACY_CONFIG  # runs written before provenance.json
+    legacy = out / layout.LEGACY_CONFIG  # runs written before provenance.json
     result = {
         "generation": _generation(provenance) if provenance else (json.loads(legacy.read_bytes()) if legacy.is_file()
                                                                    else None),
@@ -235,11 +235,11 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
                              if k not in ("check", "prompt", "question", "answer", "id")})
             raise UsageError(f"--breakdown {fld}: no problem of this run has a {fld!r} field (fields it has: "
                              f"{', '.join(present) or 'none'})")
-    if args.plot and result["datasets"] and plot(result, out / records.PLOT):
-        result["plot"] = str(out / records.PLOT)
-    records.write_json_atomic(out / records.REPORT_JSON, result)
+    if args.plot and result["datasets"] and plot(result, out / layout.PLOT):
+        result["plot"] = str(out / layout.PLOT)
+    records.write_json_atomic(out / layout.REPORT_JSON, result)
     binary_reward = reward_weights == {"correct": 1.0}
-    records.write_bytes_atomic(out / records.REPORT_MD, render_markdown(result, binary_reward).encode("utf-8"))
+    safe_io.write_bytes_atomic(out / layout.REPORT_MD, render_markdown(result, binary_reward).encode("utf-8"))
     return result
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from . import records
+from . import layout
 from .args import (
     GenerateArgs,
     PathArgs,
@@ -44,7 +44,7 @@ def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_args: ReportArgs, 
         raise UsageError(f"--ks / --objectives {' '.join(big)}: k > --num_samples {n}; every k must be <= n")
     validate_generate(gen_args)
     validate_score(score_args)
-    with writer_lock(records.run_dir(paths.output_dir), "run"):  # one writer from the first sample to the report
+    with writer_lock(layout.run_dir(paths.output_dir), "run"):  # one writer from the first sample to the report
         gen_stats = generate(gen_args, paths)
         score_stats = score(score_args, paths)
         return {"generate": gen_stats, "score": score_stats, "report": report(report_args, paths)}

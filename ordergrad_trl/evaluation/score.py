@@ -19,7 +19,7 @@ import logging
 import time
 from pathlib import Path
 
-from . import records
+from . import layout, records
 from .answers import extract_answer
 from .args import PathArgs, ScoreArgs, validate_score
 from .errors import UsageError
@@ -78,7 +78,7 @@ def score_dataset(dataset_dir: Path, args: ScoreArgs, disable_tqdm: bool = False
 def score(args: ScoreArgs, paths: PathArgs) -> dict:
     """Score every generated sample not scored yet; returns stats {dataset: {...}}."""
     validate_score(args)
-    out, dirs = records.require_run(paths.output_dir, "score")
+    out, dirs = layout.require_run(paths.output_dir, "score")
     with writer_lock(out, "score"):
         acquire(out)
         check_run(out, "score")

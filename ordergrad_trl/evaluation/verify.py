@@ -6,7 +6,7 @@ deleted (a rerun would take its problems for another file's). `check_run(out, st
 every dataset (rows schema-checked by `records`) and raises `RunMismatchError`, one line naming the file, the row
 (file:line) and the change, at the first of:
 
-- a dataset folder (`records.dataset_dirs`, the one list every stage reads, hidden folders included) without an
+- a dataset folder (`layout.dataset_dirs`, the one list every stage reads, hidden folders included) without an
   entry in `provenance.json`, or a run without `provenance.json`; a dataset folder or row file that is a symbolic
   link (its rows would be another run's, and a write through it would land there);
 - `problems.jsonl` not what the provenance recorded: a problem added, removed or reordered, its question or gold
@@ -31,7 +31,7 @@ import os
 import zlib
 from pathlib import Path
 
-from . import records
+from . import layout, records, safe_io
 from .errors import UsageError
 from .problems import problems_index, problems_sha256
 from .provenance import read_provenance
@@ -46,10 +46,10 @@ class RunMismatchError(UsageError):
 
 
 def _no_links(folder: Path) -> None:
-    records.refuse_link(folder, RunMismatchError)
+    safe_io.refuse_link(folder, RunMismatchError)
     for p in sorted(folder.iterdir()):
-        if records.kind_of(p):
-            records.refuse_link(p, RunMismatchError)
+        if layout.kind_of(p):
+            safe_io.refuse_link(p, RunMismatchError)
 
 
 def _check_problems(path: Path, entry: dict, strict: bool) -> dict[str, dict]:
@@ -97,7 +97,7 @@ def _check_generations(folder: Path, problems: dict, n: int, provenance: dict, p
     for generate to restore the file; their tags are checked by every later stage, once it is whole again."""
     samples: dict[tuple[str, int], tuple[str, int, dict]] = {}
     tags: dict[str, int] = {}
-    for file in records.generation_files(folder):
+    for file in layout.generation_files(folder):
         for line, row in records.read_numbered(file, "generations"):
             if row["id"] in pending and row["id"] not in problems:
                 _check_key(file, line, row, pending, n, "generation")
@@ -151,28 +151,28 @@ def check_run(out: str | os.PathLike, stage: str, provenance: dict | None = None
         raise UsageError(f"--output_dir {out}: cannot write the report there (permission denied); pass a writable "
                          "directory")
     provenance = provenance if provenance is not None else read_provenance(out)
-    folders = records.dataset_dirs(out)
+    folders = layout.dataset_dirs(out)
     if provenance is None:
         if folders:
-            raise RunMismatchError(f"{out / records.PROVENANCE}: missing, so the run's {folders[0].name} cannot be "
+            raise RunMismatchError(f"{out / layout.PROVENANCE}: missing, so the run's {folders[0].name} cannot be "
                                    "checked (written by an earlier version, or the file was deleted); regenerate "
                                    "into a new --output_dir, or pass --overwrite to move this run aside")
         return {}
     datasets = provenance["datasets"]
     for key, entry in datasets.items():
         if not isinstance(entry, dict):
-            raise RunMismatchError(f"{out / records.PROVENANCE}: the entry of dataset {key!r} is not a record (edited "
+            raise RunMismatchError(f"{out / layout.PROVENANCE}: the entry of dataset {key!r} is not a record (edited "
                                    "by hand?); restore it, or pass --overwrite to move this run aside")
     for folder in folders:
         entry = datasets.get(folder.name)
         if not isinstance(entry, dict):
-            raise RunMismatchError(f"{folder}: a dataset folder without an entry in {out / records.PROVENANCE} (the "
+            raise RunMismatchError(f"{folder}: a dataset folder without an entry in {out / layout.PROVENANCE} (the "
                                    "entry was deleted, or the folder copied in); its problems cannot be told from "
                                    "another file's of the same name; move the folder away or use a new --output_dir")
         _no_links(folder)
         n = entry.get("num_samples")
         if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
-            raise RunMismatchError(f"{out / records.PROVENANCE}: dataset {folder.name!r} records num_samples {n!r}, "
+            raise RunMismatchError(f"{out / layout.PROVENANCE}: dataset {folder.name!r} records num_samples {n!r}, "
                                    "not an integer >= 1; restore it, or pass --overwrite to move this run aside")
         problems = _check_problems(folder / "problems.jsonl", entry, strict=stage != "generate")
         recorded = entry.get("problems_index")
