@@ -229,6 +229,13 @@ def check_frontier(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     assert (assets / "objective_frontier.md").read_text() == committed, "stale: python studies/objective_frontier.py"
 
 
+def check_calibration(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
+    """The chains calibration rebuilt from the committed validation units into tmp_path: equal to the committed one."""
+    run([sys.executable, *absolute(cmd.argv[1:]), "--out", str(tmp_path / "chains_calibration")], tmp_path)
+    committed = (REPO / "studies" / "assets" / "chains_calibration.md").read_text()
+    assert (tmp_path / "chains_calibration.md").read_text() == committed, "stale: python studies/chains_calibration.py"
+
+
 HANDLERS = [
     (r"pip install\b", check_pip),
     (r"python -m pytest\b", check_pytest),
@@ -244,6 +251,7 @@ HANDLERS = [
      r"( --assets_dir studies/assets/compare_objectives_(replication|headtohead))?$", check_summarize),
     (r"python studies/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
     (r"python studies/objective_frontier\.py$", check_frontier),
+    (r"python studies/chains_calibration\.py$", check_calibration),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
     (r"python benchmarks/prompt_weight_speed\.py$", check_script(["--repeats", "3", "--quick"], r"curverl / none")),
