@@ -93,6 +93,9 @@ def check_dynamic_sampling(self) -> None:
     mode = self.ordergrad_dynamic_sampling
     if mode not in MODES:
         raise ValueError(f"ordergrad_dynamic_sampling must be one of {', '.join(map(repr, MODES))}, got {mode!r}.")
+    rounds = self.ordergrad_dynamic_sampling_max_rounds
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"ordergrad_dynamic_sampling_max_rounds must be an integer >= 1, got {rounds!r}.")
     if mode != "off" and self.loss_type not in SUPPORTED_LOSS_TYPES:
         raise ValueError(
             f"ordergrad_dynamic_sampling={mode!r} needs loss_type in {', '.join(map(repr, SUPPORTED_LOSS_TYPES))}, "

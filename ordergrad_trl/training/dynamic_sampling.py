@@ -134,7 +134,7 @@ class DynamicSampling:
             rounds.append(extra)
             selection.add(len(rounds) - 1, empty_groups(advantages.view(-1, n)))
         rows = selection.local_rows(trainer.accelerator.process_index)
-        if any(r != 0 for r, _ in rows):
+        if any(r != 0 for r, _ in selection.chosen):  # decided on the gathered batch: every process assembles
             output = self._assemble(rounds, rows)
         else:  # round 0 alone: its rows stay where TRL put them
             rows = [(0, row) for row in range(n_local)]
