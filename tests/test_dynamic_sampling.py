@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
+from oracle import lstat, subset_mean
 from test_trainer import brute_force_advantages
 from transformers import AutoModelForCausalLM, TrainerCallback
 
@@ -108,6 +109,31 @@ def test_the_empty_groups_are_the_oracles(tiny_model_dir, tiny_tokenizer, tmp_pa
     assert got == want and any(want) and not all(want)
     if case == "remax8_few_failures":  # 9-15 successes of 16 carry nothing under Max@8 although the rewards vary
         assert want == [True, False, False, True, True, True, True]
+
+
+# docs/training.md's table: the success counts of 16 whose group is empty although its rewards differ
+DOCUMENTED_EMPTY = {("ReMax", 8): [0, *range(9, 17)], ("ReMin", 4): [0, 1, 2, 3, 16], ("TopM:2", 4): [0, 14, 15, 16]}
+
+
+def _enumerated(rewards, weights, i):
+    """Rollout i's leave-one-out advantage by enumerating the K-subsets (tests/oracle.py's definitions)."""
+    others = rewards[:i] + rewards[i + 1 :]
+    include = [lstat((rewards[i],) + s, weights) for s in itertools.combinations(others, len(weights) - 1)]
+    return sum(include) / len(include) - subset_mean(others, weights)
+
+
+@pytest.mark.parametrize("objective, k", sorted(DOCUMENTED_EMPTY))
+def test_the_documented_empty_counts(tiny_model_dir, tiny_tokenizer, tmp_path, objective, k):
+    trainer = build(tiny_model_dir, tiny_tokenizer, tmp_path, distinct_rewards(), num_generations=16,
+                    per_device_train_batch_size=16, ordergrad_objective=objective, ordergrad_k=k)  # fmt: skip
+    weights = trainer.ordergrad_weights.tolist()
+    groups = [[1.0] * s + [0.0] * (16 - s) for s in range(17)]
+    # 0/1 rewards: one success and one failure row give every advantage of the group
+    oracle = [s for s, g in enumerate(groups)
+              if all(abs(_enumerated(g, weights, i)) < 1e-9 for i in (0, 15))]  # fmt: skip
+    rewards = torch.tensor(sum(groups, [])).unsqueeze(1)
+    got = empty_groups(trainer._ordergrad_advantages(rewards, 16, "train").view(-1, 16)).nonzero().view(-1).tolist()
+    assert got == oracle == DOCUMENTED_EMPTY[(objective, k)]
 
 
 class Weighted(OrderGradTrainer):
