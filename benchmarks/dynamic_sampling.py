@@ -1,5 +1,6 @@
-"""Max@8 on `digits` with `ordergrad_dynamic_sampling` off, filter and refill, back to back: per step the empty
-fraction, the groups trained, the generation rounds and the step time.
+"""Max@8 on `digits` with `ordergrad_dynamic_sampling` off, filter and refill: empty groups, groups trained, time.
+
+Per step: the fraction of empty groups, the generation rounds, the groups trained and the step time.
 
     OMP_NUM_THREADS=1 python benchmarks/dynamic_sampling.py [--steps 4 --max-rounds 2 --model PATH]
 
