@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,8 @@ def run(mode: str, args, out: Path) -> list[dict]:
         cmd += ["--model_name_or_path", args.model]
     if args.max_completion_length:
         cmd += ["--max_completion_length", str(args.max_completion_length)]
-    subprocess.run(cmd, check=True, cwd=REPO)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's package
+    subprocess.run(cmd, check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=path))
     state = json.loads((out / mode / "trainer_state.json").read_text())
     return [h for h in state["log_history"] if "step_time" in h]
 
