@@ -16,7 +16,9 @@ from ..core.plan import (
     warn_about_eval_groups,
 )  # fmt: skip
 from ..core.schedule import ObjectiveStage
-from .config_checks import check_fields_trl_reads, check_log_ks, check_vllm_version, explain_post_init_error
+from .config_checks import (
+    check_dynamic_sampling, check_fields_trl_reads, check_log_ks, check_vllm_version, explain_post_init_error,
+)  # fmt: skip
 from .engine_guard import check_world_size
 from .launch_env import check_launch_environment
 from .numeric_fields import check_numeric_fields
@@ -103,6 +105,16 @@ class OrderGradConfig(GRPOConfig):
             estimator, objective, schedule and per-reward objectives. Formulas, bias: docs/estimators.md.
         ordergrad_prompt_weight_window (`int`, *optional*, defaults to `10`):
             `"curverl"`'s window in batches (0: the current batch alone); saved with checkpoints, restored on resume.
+
+        > Parameters that spend the batch on groups that carry a gradient (docs/training.md, "Dynamic sampling")
+
+        ordergrad_dynamic_sampling (`str`, *optional*, defaults to `"off"`):
+            `"off"`, `"filter"` (drop the groups whose advantages are all 0 after the estimator, prompt weight and
+            scaling from the loss and its normalizer) or `"refill"` (also generate further prompts with the same
+            weights until the batch holds as many such groups as configured). Needs a `loss_type` among `"dr_grpo"`,
+            `"luspo"`, `"dapo"`, `"cispo"`, `"vespo"`; `"refill"` also not vLLM server mode.
+        ordergrad_dynamic_sampling_max_rounds (`int`, *optional*, defaults to `3`):
+            `"refill"`: the most extra generation rounds per batch; then it trains on the groups it has.
 
         > Parameters that control logging
 
@@ -215,6 +227,15 @@ class OrderGradConfig(GRPOConfig):
         },
     )
 
+    ordergrad_dynamic_sampling: str = field(
+        default="off",
+        metadata={"help": "'off', 'filter' (train without the groups whose advantages are all 0) or 'refill' "
+                          "(also generate further prompts until the batch is full of groups with a gradient)."},
+    )
+    ordergrad_dynamic_sampling_max_rounds: int = field(
+        default=3, metadata={"help": "refill: the most extra generation rounds per batch (>= 1)."}
+    )
+
     ordergrad_log_ks: list[int] | None = field(
         default=None,
         metadata={
@@ -298,6 +319,7 @@ class OrderGradConfig(GRPOConfig):
                     logger.warning("%s=%r is ignored: %s sets it.", name, getattr(self, name), by)
         warn_about_eval_groups(self.ordergrad_plan, self.num_generations_eval)
         check_log_ks(self)
+        check_dynamic_sampling(self)
 
     def ordergrad_ks(self, group_size: int) -> list[int]:
         """The k of the pass@k metrics logged for groups of `group_size` rollouts (ascending, each <= group_size)."""

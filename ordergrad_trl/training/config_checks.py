@@ -15,7 +15,8 @@ from packaging.version import InvalidVersion, Version
 import ordergrad_trl.training.trl_private as trl_private  # TRL and vLLM probing, fenced there
 from .engine_guard import check_world_size
 
-__all__ = ["check_fields_trl_reads", "check_log_ks", "check_vllm_version", "explain_post_init_error"]
+__all__ = ["check_dynamic_sampling", "check_fields_trl_reads", "check_log_ks", "check_vllm_version",
+           "explain_post_init_error"]
 
 
 def explain_post_init_error(self, err: ValueError) -> None:
@@ -83,6 +84,27 @@ def check_log_ks(self) -> None:
             f"{self.num_generations}, num_generations_eval={self.num_generations_eval}); pass@k needs k "
             "rollouts of the same prompt."
         )
+
+
+def check_dynamic_sampling(self) -> None:
+    """`ordergrad_dynamic_sampling` with the loss types whose normalizer it can make that of the kept groups alone."""
+    from .dynamic_sampling import MODES, SUPPORTED_LOSS_TYPES  # local: it imports the trainer's dependencies
+
+    mode = self.ordergrad_dynamic_sampling
+    if mode not in MODES:
+        raise ValueError(f"ordergrad_dynamic_sampling must be one of {', '.join(map(repr, MODES))}, got {mode!r}.")
+    rounds = self.ordergrad_dynamic_sampling_max_rounds
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"ordergrad_dynamic_sampling_max_rounds must be an integer >= 1, got {rounds!r}.")
+    if mode != "off" and self.loss_type not in SUPPORTED_LOSS_TYPES:
+        raise ValueError(
+            f"ordergrad_dynamic_sampling={mode!r} needs loss_type in {', '.join(map(repr, SUPPORTED_LOSS_TYPES))}, "
+            f"got {self.loss_type!r}: it normalizes each micro-batch by itself, so the dropped groups cannot be "
+            "taken out of it exactly."
+        )
+    if mode == "refill" and self.use_vllm and self.vllm_mode != "colocate":
+        raise ValueError(f"ordergrad_dynamic_sampling='refill' supports vllm_mode='colocate' (and use_vllm=False), "
+                         f"got vllm_mode={self.vllm_mode!r}: use 'filter' with a vLLM server.")
 
 
 def check_vllm_version(self) -> None:

@@ -53,6 +53,7 @@ RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
     "save_steps": (0, None, False, False),
     "seed": (0, 2**32 - 1, True, True),  # numpy's seed range (transformers' set_seed seeds numpy too)
     "data_seed": (0, 2**32 - 1, True, True),
+    "ordergrad_dynamic_sampling_max_rounds": (1, None, True, False),
 }
 
 

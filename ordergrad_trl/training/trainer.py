@@ -24,10 +24,12 @@ from trl.extras.profiling import profiling_context
 from ..core.advantage import _float64_device, lstat_value
 from ..core.plan import ObjectivePlan
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
+from .dynamic_sampling import DynamicSampling
 from .engine_guard import check_engine
 from .finite_guard import (
     StopOnNonFiniteWeights, check_finite_loss, check_finite_weights, check_reward_magnitudes, warn_if_overflowing,
 )  # fmt: skip
+from .objective_metrics import log_objective_per_reward
 from .passk import group_passk
 from .prompt_weights import attach_window, weigh_groups, window_of
 from .resolved_config import SaveResolvedConfig, resolved_config
@@ -73,7 +75,8 @@ class OrderGradTrainer(GRPOTrainer):
       (only with a schedule). Like all TRL metrics, averaged over the `logging_steps` window.
     - `ordergrad/prompt_weight/{mean,max,frac_zero}`, `/window`: with `ordergrad_prompt_weight`, over the batch's
       groups; the rates a stateful weight's window held before the batch (docs/training.md).
-    - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal).
+    - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal), of every
+      round generated; `ordergrad/dynamic_sampling/{rounds,groups_trained}` with `ordergrad_dynamic_sampling`.
     - `ordergrad/adv_abs_mean`: mean absolute advantage over all rollouts.
     - `ordergrad/pass@k`, `ordergrad/pass^k` for each k of `ordergrad_log_ks` up to the group size: the unbiased
       estimates 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) from each group's n scorable 0/1 rewards (c of them 1), the
@@ -169,6 +172,8 @@ class OrderGradTrainer(GRPOTrainer):
         self.reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
         self._ordergrad_gathered_rewards = None
+        off = args.ordergrad_dynamic_sampling == "off"
+        self.ordergrad_dynamic_sampling = None if off else DynamicSampling(self)  # dynamic_sampling.py
         if args.loss_type not in EXACT_LOSS_TYPES:
             logger.warning(
                 "loss_type=%r: the gradient is no longer an unbiased estimate of grad J up to a constant "
@@ -178,6 +183,8 @@ class OrderGradTrainer(GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.ordergrad_dynamic_sampling is not None:  # whether this optimizer step has trained on any group
+            self.ordergrad_dynamic_sampling.note_micro_step()
         check_finite_loss(self, loss)  # every process agrees, before the optimizer steps on it
         return loss
 
@@ -294,6 +301,13 @@ class OrderGradTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        if self.ordergrad_dynamic_sampling is not None and self.model.training:
+            return self.ordergrad_dynamic_sampling.generate(inputs)  # calls _ordergrad_score once per round
+        return self._ordergrad_score(inputs)[0]
+
+    def _ordergrad_score(self, inputs) -> tuple[dict, torch.Tensor]:
+        """TRL's generation and scoring of `inputs` with OrderGrad's advantages: its output, and the gathered
+        `(N_global,)` advantages."""
         self._ordergrad_gathered_rewards = None
         try:
             output = super()._generate_and_score_completions(inputs)
@@ -329,7 +343,7 @@ class OrderGradTrainer(GRPOTrainer):
         for _ in range(min(advantages.shape[0], len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
-        return output
+        return output, advantages
 
     def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
         """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""
@@ -362,7 +376,7 @@ class OrderGradTrainer(GRPOTrainer):
         warn_if_overflowing(advantages, weighted, self.reward_func_names)
 
         if self.ordergrad_plan.per_reward is not None:
-            self._log_objective_per_reward(per_func, metrics)
+            log_objective_per_reward(self, per_func, metrics)
         else:
             if group_size >= self.ordergrad_k:
                 exact = grouped.to(_float64_device(grouped)).double()  # MPS has no float64: the CPU there
@@ -379,20 +393,3 @@ class OrderGradTrainer(GRPOTrainer):
             if values.numel():  # an empty list would make TRL log None for the window
                 metrics[name].extend(values.tolist())
         return advantages.reshape(-1)
-
-    def _log_objective_per_reward(self, per_func: torch.Tensor, metrics) -> None:
-        """`ordergrad/objective/<name>` (J_f, unweighted) per function, and their weighted sum when all are defined."""
-        group_size = per_func.shape[1]
-        total = 0.0
-        for f, (spec, name) in enumerate(zip(self.ordergrad_plan.per_reward, self.reward_func_names)):
-            if group_size < spec.k:
-                total = None
-                continue
-            exact = per_func[..., f].to(_float64_device(per_func)).double()  # the CPU where there is no float64
-            values = lstat_value(exact, spec.weights)  # (num_groups,)
-            value = torch.nanmean(values).item()
-            metrics[f"ordergrad/objective/{name}"].append(value)
-            if total is not None:
-                total += self.reward_weights[f].item() * value
-        if total is not None:
-            metrics["ordergrad/objective"].append(total)

@@ -71,6 +71,11 @@ SEAMS: tuple[Seam, ...] = (
     Seam("GRPOTrainer", "create_model_card", _TRAINER,
          "reads the class attributes _tag_names, _paper and _name that OrderGradTrainer sets for its model card",
          pattern=r"self\._tag_names.*self\._name.*self\._paper\.get"),
+    Seam("GRPOTrainer", "_compute_loss", "ordergrad_trl/training/dynamic_sampling.py",
+         "multiplies inputs['tool_mask'] into the loss mask: dynamic sampling weighs the empty groups' rows 0 with it",
+         pattern=r'completion_mask \* inputs\["tool_mask"\]'),
+    Seam("GRPOTrainer", "_tokenizer", "ordergrad_trl/training/dynamic_sampling.py",
+         "its pad token re-pads the rows of several refill rounds", source_of=_INIT, pattern=r"self\._tokenizer = "),
     Seam("extras.profiling", "profiling_context", _TRAINER, "times the OrderGrad advantage stage in TRL's "
          "profiling/ metrics", params=("trainer", "name")),
     Seam("GRPOConfig", "_VALID_DICT_FIELDS", "ordergrad_trl/training/config.py",
