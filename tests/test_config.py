@@ -154,7 +154,7 @@ def test_careless_values_from_the_command_line_and_yaml_name_the_field(tmp_path)
         parse(["--config", str(yaml_file)])
     yaml_file.write_text("ordergrad_estimator: rs_grpo\nordergrad_estimator_kwargs: {beta: 2}\n")  # a YAML mapping
     (args,) = parse(["--config", str(yaml_file), "--per_device_train_batch_size", "8"])
-    assert args.ordergrad_plan.stages[0].context.options == {"beta": 2}
+    assert args.ordergrad_plan.stages[0].options == {"beta": 2}
 
 
 def test_a_plain_replace_copy_builds_its_own_plan(cpu_training_args):

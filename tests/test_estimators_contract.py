@@ -21,6 +21,7 @@ from ordergrad_trl.core.estimators import (
     rs_grpo,
 )
 from ordergrad_trl.core.estimators import registry as estimator_registry
+from ordergrad_trl.core.schedule import ObjectiveStage
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -99,17 +100,17 @@ def test_registry_lookup_and_binding():
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_one_registry_every_lookup_agrees(name):
-    """The function, the registry entry called with keyword parameters and with the default context compute the
-    same thing (the two registries this replaced disagreed about grpo)."""
+    """The function, the registry entry called with keyword parameters and with a default stage compute the same
+    thing (the two registries this replaced disagreed about grpo); a stage hands `objective` its weights."""
     r = reward_batch(binary=ESTIMATORS[name].binary, seed=8)
     entry = ESTIMATORS[name]
     defaults = get_estimator(name)(r)
     assert torch.equal(entry(r), defaults)
-    context = estimator_registry.EstimatorContext(k=entry.params.get("k") or r.shape[-1])
-    expected = get_estimator(name)(r, **{p: getattr(context, p) for p in entry.reads})
-    assert torch.equal(entry(r, context), expected)
+    stage = ObjectiveStage(k=entry.params.get("k") or r.shape[-1])
+    expected = get_estimator(name)(r, **{p: getattr(stage, p) for p in entry.reads})  # `objective` as its string
+    assert torch.equal(entry(r, stage), expected)
     if not entry.reads:
-        assert torch.equal(entry(r, context), defaults)
+        assert torch.equal(entry(r, stage), defaults)
 
 
 def test_a_duplicate_name_is_refused_and_a_new_one_is_listed(monkeypatch):

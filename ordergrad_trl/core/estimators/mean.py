@@ -21,8 +21,13 @@ __all__ = ["SCALES", "ordergrad", "grpo", "rloo", "rs_grpo", "scale_advantages"]
     source="this package (OrderGrad)",
     summary="default; unbiased for any L-statistic objective, centered",
 )
-def ordergrad(rewards: torch.Tensor, *, objective: str = DEFAULT_OBJECTIVE, k: int = DEFAULT_K) -> torch.Tensor:
+def ordergrad(
+    rewards: torch.Tensor, *, objective: str | torch.Tensor = DEFAULT_OBJECTIVE, k: int = DEFAULT_K
+) -> torch.Tensor:
     """OrderGrad (Parmas et al. 2026): `K * lstat_advantage(rewards, rank_weights(objective, K))`.
+
+    `objective`: a preset or weights, any form `rank_weights` takes; called with a stage (`ESTIMATORS["ordergrad"]
+    (rewards, stage)`, how the trainers call it), it is the stage's `(K,)` weights, which are only checked here.
 
     J = E[sum_j w_j R_(j:K)] over K i.i.d. rewards. With S a uniform K-subset of the group,
     A_i = K (E[L(S) | i in S] - E[L(S) | S drawn from the other n-1]): unbiased for grad J, exactly centered, tied

@@ -1,8 +1,8 @@
 """The one estimator registry: `@register_estimator(name, ...)` at each definition; every list is derived from it.
 
 An estimator is a function `fn(rewards (..., N), *, params...) -> advantages (..., N)`. Registering it records its
-keyword parameters and defaults (read from its signature), which of them the shared `EstimatorContext` fills
-(`objective`, `k`), and the facts the docs table and the config help show (formula, what it is unbiased for,
+keyword parameters and defaults (read from its signature), which of them the objective stage fills
+(`objective` gets the stage's rank weights, `k` its K), and the facts the docs table and the config help show (formula, what it is unbiased for,
 centering, rewards it accepts, source). The config's `ordergrad_estimator` help, docs/estimators.md's table
 (`estimator_table()`), the plan's checks, the verl adapter and the tests all iterate `ESTIMATORS`.
 """
@@ -13,19 +13,18 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import torch
 
 from ..advantage import _float64_device, _out_dtype
-from ..objectives import DEFAULT_K, DEFAULT_OBJECTIVE
+from ..schedule import ObjectiveStage
 
 __all__ = [
     "ESTIMATORS",
     "Estimator",
-    "EstimatorContext",
     "bind_estimator",
     "estimator_help",
     "estimator_name",
@@ -35,16 +34,9 @@ __all__ = [
     "register_estimator",
 ]
 
-CONTEXT_PARAMS = ("objective", "k")  # keyword parameters the shared context fills, in this order
-
-
-@dataclass(frozen=True)
-class EstimatorContext:
-    """Everything an estimator is called with besides the rewards: one signature for all of them."""
-
-    objective: str = DEFAULT_OBJECTIVE  # the L-statistic objective (read by the estimators that take `objective`)
-    k: int = DEFAULT_K  # K, the rollouts the objective is defined over (read by those that take `k`)
-    options: Mapping[str, Any] = field(default_factory=dict)  # the estimator's own, e.g. {"beta": 2.0}
+# keyword parameter -> the `ObjectiveStage` attribute that fills it: an estimator taking `objective` is handed the
+# stage's rank weights (derived once, when the stage was built), never the string to parse again
+STAGE_FILLS = {"objective": "weights", "k": "k"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class Estimator:
     name: str
     fn: Callable[..., torch.Tensor]
     params: Mapping[str, Any]
-    reads: tuple[str, ...]
+    reads: tuple[str, ...]  # the parameters the stage fills (`STAGE_FILLS`)
     advantage: str  # A_i for a group of n valid rewards, as the docs table shows it
     unbiased_for: str  # the gradient it estimates without bias ("nothing (...)" for a biased one)
     centered: str  # "exactly" or "no (>= 0)", ...
@@ -68,14 +60,14 @@ class Estimator:
         """Its own parameters (not filled by the context), with defaults."""
         return {name: value for name, value in self.params.items() if name not in self.reads}
 
-    def __call__(self, rewards: torch.Tensor, context: EstimatorContext | None = None, **params) -> torch.Tensor:
-        """`(..., N)` rewards -> `(..., N)` advantages: with a context (how trainers call every estimator alike), or
-        with keyword parameters as the function itself takes them."""
-        if context is None:
+    def __call__(self, rewards: torch.Tensor, stage: ObjectiveStage | None = None, **params) -> torch.Tensor:
+        """`(..., N)` rewards -> `(..., N)` advantages: with an `ObjectiveStage` (how trainers call every estimator
+        alike: its weights, K and options), or with keyword parameters as the function itself takes them."""
+        if stage is None:
             return self.fn(rewards, **params)
         if params:
-            raise TypeError(f"{self.name}: pass either a context or keyword parameters, not both")
-        return self.fn(rewards, **{name: getattr(context, name) for name in self.reads}, **context.options)
+            raise TypeError(f"{self.name}: pass either a stage or keyword parameters, not both")
+        return self.fn(rewards, **{name: getattr(stage, STAGE_FILLS[name]) for name in self.reads}, **stage.options)
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -111,7 +103,7 @@ def register_estimator(
         params = {p.name: p.default for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
         if any(value is inspect.Parameter.empty for value in params.values()):
             raise ValueError(f"estimator {name!r}: every keyword-only parameter needs a default")
-        reads = tuple(p for p in CONTEXT_PARAMS if p in params)
+        reads = tuple(p for p in STAGE_FILLS if p in params)
         _REGISTRY[name] = Estimator(name, fn, MappingProxyType(params), reads, advantage, unbiased_for, centered,
                                     binary, source, summary)  # fmt: skip
         return fn
