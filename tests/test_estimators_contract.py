@@ -9,6 +9,7 @@ from test_estimators import DEFAULT_PARAMS, reward_batch
 
 from ordergrad_trl.core.estimators import (
     ESTIMATORS,
+    NAN_RULES,
     bind_estimator,
     estimator_params,
     get_estimator,
@@ -57,6 +58,45 @@ def test_centered_exactly_where_claimed(name):
     else:
         assert claim.startswith("no") and sums.max() > 0.1  # not centered, and the test would notice if it became so
         assert bool((a >= 0).all()) == (">= 0" in claim)
+
+
+def check_nan_rule_and_minimum_group(entry, params) -> None:
+    """The registry row's `nan` rule and `min_group`, checked on groups with every count of valid rewards: NaN gets 0;
+    "drop": the rest equals the group of its valid rewards alone; "chunk": NaN is left out of its chunk (the same
+    as a reward below every valid one of the chunk); fewer valid rewards than the minimum: all 0, the minimum
+    itself: some nonzero advantage (so it is tight); a narrower call raises ValueError or gives all 0."""
+    minimum, fn, width = entry.group_minimum(**params), entry.fn, 6
+    assert isinstance(minimum, int) and 1 <= minimum <= width, (entry.name, minimum)
+    gen = torch.Generator().manual_seed(3)
+    r = reward_batch(binary=entry.binary, seed=21, g=70)  # (70, 6)
+    for g in range(5, 70):  # every count of NaN entries, at random places
+        r[g, torch.randperm(width, generator=gen)[: g % (width + 1)]] = math.nan
+    a = fn(r, **params)
+    for row, adv in zip(r, a):
+        valid = ~torch.isnan(row)
+        assert bool((adv[~valid] == 0).all())
+        if int(valid.sum()) < minimum:
+            assert bool((adv == 0).all()), (entry.name, row)
+        elif entry.nan == "drop":
+            assert torch.allclose(adv[valid], fn(row[valid][None], **params)[0], rtol=1e-12, atol=1e-12), row
+        else:  # "chunk", one chunk of the whole group (the default k)
+            assert torch.allclose(adv, fn(row.nan_to_num(float(row.nan_to_num(0.0).min()) - 1.0)[None], **params)[0]
+                                  .where(valid, 0.0), rtol=1e-12, atol=1e-12), row  # fmt: skip
+    tight = torch.full((1, width), math.nan, dtype=torch.float64)
+    tight[0, :minimum] = torch.arange(minimum) == 0 if entry.binary else torch.arange(minimum, dtype=torch.float64)
+    assert bool((fn(tight, **params) != 0).any()), f"{entry.name}: min_group={minimum} is not tight"
+    for n in range(1, minimum):
+        try:
+            assert bool((fn((torch.arange(n)[None] == 0).double(), **params) == 0).all())
+        except ValueError:
+            pass
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_the_nan_rule_and_minimum_group_of_the_registry_row_hold(name):
+    entry = ESTIMATORS[name]
+    assert entry.nan in NAN_RULES and entry.min_group is not None, f"{name}: declare nan= and min_group="
+    check_nan_rule_and_minimum_group(entry, DEFAULT_PARAMS[name])
 
 
 def test_bad_parameters_raise():

@@ -33,6 +33,7 @@ from .best_of_k import maxk_tang, passk_chen, pkpo  # isort: skip
 from .likelihood import maxrl, maxrl_loo  # isort: skip
 from .registry import (
     ESTIMATORS,
+    NAN_RULES,
     Estimator,
     bind_estimator,
     estimator_help,
@@ -45,6 +46,7 @@ from .registry import (
 
 __all__ = [
     "ESTIMATORS",
+    "NAN_RULES",
     "SCALES",
     "Estimator",
     "bind_estimator",

@@ -3,7 +3,9 @@
 An estimator is a function `fn(rewards (..., N), *, params...) -> advantages (..., N)`. Registering it records its
 keyword parameters and defaults (read from its signature), which of them the objective stage fills
 (`objective` gets the stage's rank weights, `k` its K), and the facts the docs table and the config help show (formula, what it is unbiased for,
-centering, rewards it accepts, source). The config's `ordergrad_estimator` help, docs/estimators.md's table
+centering, rewards it accepts, source) and its contract: the fewest valid rewards a group needs (`min_group`), what
+NaN rewards do (`nan`, a key of `NAN_RULES`), whether it is unbiased (`unbiased`) and for which L-statistic
+(`target`). The config's `ordergrad_estimator` help, docs/estimators.md's table
 (`estimator_table()`), the plan's checks, the verl adapter and the tests all iterate `ESTIMATORS`.
 """
 
@@ -24,6 +26,7 @@ from ..schedule import ObjectiveStage
 
 __all__ = [
     "ESTIMATORS",
+    "NAN_RULES",
     "Estimator",
     "bind_estimator",
     "estimator_help",
@@ -33,6 +36,13 @@ __all__ = [
     "get_estimator",
     "register_estimator",
 ]
+
+# What a NaN reward (an unscorable rollout) does, by the name an estimator's registry row declares (`nan=`)
+NAN_RULES = {
+    "drop": "its advantage is 0 and it is left out: the rest of the group is computed as a group of its own size",
+    "chunk": "its advantage is 0 and it is left out of its chunk's statistics; each chunk keeps its size k (the "
+             "factor k)",
+}
 
 # keyword parameter -> the `ObjectiveStage` attribute that fills it: an estimator taking `objective` is handed the
 # stage's rank weights (derived once, when the stage was built), never the string to parse again
@@ -54,6 +64,21 @@ class Estimator:
     binary: bool  # True: rewards must be 0/1 (NaN allowed); others are refused by name
     source: str  # paper(s)
     summary: str  # a few words for the config help
+    # the contract (tests/test_estimators_contract.py and test_estimators_unbiased.py read it; None: not declared)
+    min_group: Callable[[Mapping[str, Any]], int] | None = None  # params -> fewest valid rewards with advantages
+    nan: str = "drop"  # a key of NAN_RULES
+    unbiased: bool | None = None  # whether E[(1/N) sum_i A_i grad log p(x_i)] = grad J of `target`, at every N
+    target: Callable[[Mapping[str, Any], int], tuple[str, int]] | None = None  # (params, N) -> (objective, K)
+
+    def group_minimum(self, **params) -> int:
+        """The fewest valid (non-NaN) rewards a group needs: a group with fewer gets all 0, and a call whose group
+        width N is below it raises `ValueError` or gives all 0."""
+        return self.min_group({**self.params, **params})
+
+    def targets(self, n: int, **params) -> tuple[str, int] | None:
+        """The L-statistic `(objective, K)` it estimates the gradient of on groups of `n` rollouts with `params`
+        (None: none; without bias only if `unbiased`): what the comparison tools evaluate each arm on."""
+        return None if self.target is None else self.target({**self.params, **params}, n)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -83,14 +108,23 @@ def register_estimator(
     source: str = "",
     summary: str = "",
     binary: bool = False,
+    min_group: Callable[[Mapping[str, Any]], int] | None = None,
+    nan: str = "drop",
+    unbiased: bool | None = None,
+    target: Callable[[Mapping[str, Any], int], tuple[str, int]] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator registering `fn` under `name` (lower case); a name registered by another function raises.
 
-    The keyword facts fill the docs table and the config help (the package's own estimators give them all, which
-    tests/test_estimators_contract.py checks); `binary=True` marks an estimator that refuses rewards other than 0/1.
+    The keyword facts fill the docs table and the config help; `binary=True` marks an estimator that refuses rewards
+    other than 0/1. The contract: `min_group(params)` the fewest valid rewards a group needs (fewer: all 0),
+    `nan` what a NaN reward does (`NAN_RULES`), `unbiased` and `target(params, N)`, the L-statistic
+    `(objective, K)` whose gradient it estimates. The package's own estimators give them all, and the shared tests
+    check each claim (tests/test_estimators_contract.py, test_estimators_unbiased.py).
     """
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"estimator names are lower-case identifiers, got {name!r}")
+    if nan not in NAN_RULES:
+        raise ValueError(f"estimator {name!r}: nan must be one of {', '.join(NAN_RULES)}, got {nan!r}")
 
     def register(fn: Callable) -> Callable:
         taken = _REGISTRY.get(name)
@@ -105,7 +139,7 @@ def register_estimator(
             raise ValueError(f"estimator {name!r}: every keyword-only parameter needs a default")
         reads = tuple(p for p in STAGE_FILLS if p in params)
         _REGISTRY[name] = Estimator(name, fn, MappingProxyType(params), reads, advantage, unbiased_for, centered,
-                                    binary, source, summary)  # fmt: skip
+                                    binary, source, summary, min_group, nan, unbiased, target)  # fmt: skip
         return fn
 
     return register
