@@ -22,6 +22,7 @@ from ordergrad_trl.core.estimators import (
     rs_grpo,
 )
 from ordergrad_trl.core.estimators import registry as estimator_registry
+from ordergrad_trl.core.objectives import DEFAULT_K, DEFAULT_OBJECTIVE
 from ordergrad_trl.core.schedule import ObjectiveStage
 
 
@@ -124,7 +125,7 @@ def test_registry_lookup_and_binding():
     with pytest.raises(ValueError, match="valid names: " + ", ".join(ESTIMATORS)):
         get_estimator("dapo")
     assert list(ESTIMATORS)[:3] == ["ordergrad", "grpo", "rloo"] and {"maxrl", "maxrl_loo"} <= set(ESTIMATORS)
-    assert estimator_params("ordergrad") == {"objective": "TopM:2", "k": 4}
+    assert estimator_params("ordergrad") == {"objective": DEFAULT_OBJECTIVE, "k": DEFAULT_K}
     assert estimator_params("rloo") == {}
     assert estimator_params("grpo") == {"scale": "none"}  # the std is the caller's scale_rewards
     r = torch.rand(3, 8)

@@ -22,9 +22,7 @@ from ordergrad_trl.core.schedule import ObjectiveStage
 
 
 def plan(**fields):
-    settings = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none", num_generations=8)  # fmt: skip
-    return build_plan(**{**settings, **fields})
+    return build_plan(**{"num_generations": 8, **fields})  # the rest: the defaults
 
 
 def test_plan_of_a_schedule_is_looked_up_by_step():
@@ -38,7 +36,7 @@ def test_plan_of_a_schedule_is_looked_up_by_step():
     assert torch.equal(p.advantages(rewards, p.stages[1]), get_estimator("ordergrad")(rewards, objective="TopM:2", k=4))
     assert torch.equal(p.advantages(rewards[:, :4], p.stages[1]), torch.zeros(3, 4))  # N <= K (eval): zeros
     defaults = plan(num_generations=3)
-    assert (defaults.stages[0].objective, defaults.stages[0].k) == ("TopM:2", 2)
+    assert (defaults.stages[0].objective, defaults.stages[0].k) == (DEFAULT_OBJECTIVE, 2)
 
 
 @pytest.mark.parametrize(

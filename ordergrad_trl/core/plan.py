@@ -270,12 +270,12 @@ def _estimator(name, kwargs) -> tuple[str, dict]:
 
 
 def build_plan(
-    *, objective, k, schedule, reward_objectives, estimator, estimator_kwargs, scale, num_generations: int,
-    prompt_weight=None, prompt_weight_window=None,
+    *, num_generations: int, objective=None, k=None, schedule=None, reward_objectives=None, estimator=None,
+    estimator_kwargs=None, scale=None, prompt_weight=None, prompt_weight_window=None,
 ) -> ObjectivePlan:
-    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective, K,
-    estimator, scale and prompt weight take the defaults. Raises `ValueError` naming the field and its valid values
-    for every bad setting."""
+    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...) over groups of
+    `num_generations` rollouts; a setting left out (or `None`) takes its default, the same one the config's field
+    has. Raises `ValueError` naming the field and its valid values for every bad setting."""
     weight = parse_prompt_weight(prompt_weight, prompt_weight_window)
     name, options = _estimator(estimator, estimator_kwargs)
     scale = normalize_scale(scale)
