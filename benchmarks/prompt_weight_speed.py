@@ -28,9 +28,7 @@ WEIGHTS = ("none", "inverse", "curverl")
 
 
 def plans(n: int) -> dict:
-    return {w: build_plan(objective="TopM:2", k=4, schedule=None, reward_objectives=None, estimator="ordergrad",
-                          estimator_kwargs=None, scale="none", num_generations=n, prompt_weight=w)
-            for w in WEIGHTS}  # fmt: skip
+    return {w: build_plan(objective="TopM:2", k=4, num_generations=n, prompt_weight=w) for w in WEIGHTS}
 
 
 def measure(g: int, n: int, repeats: int) -> dict[str, tuple[float, float]]:

@@ -38,9 +38,7 @@ WEIGHTS = ("inverse", "curverl", "gaussian:0.5,0.2")
 
 
 def _plan(n: int, weight: str | None, settings: dict):
-    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none")  # fmt: skip
-    return build_plan(**{**defaults, **settings}, num_generations=n, prompt_weight=weight)
+    return build_plan(**settings, num_generations=n, prompt_weight=weight)
 
 
 def uniform_reference(n: int) -> torch.Tensor:

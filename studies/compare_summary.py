@@ -26,7 +26,8 @@ import torch
 from ordergrad_trl import lstat_value, rank_weights
 from compare_plot import plot  # studies/, beside this file
 from compare_seed_level import base_sign_test, seed_level, seed_level_table, stable
-from ordergrad_trl.core.plan import build_plan
+from ordergrad_trl.core.estimators import ESTIMATORS, estimator_name
+from ordergrad_trl.core.plan import DEFAULT_ESTIMATOR, build_plan
 from ordergrad_trl.core.stats import percentile_interval, resample_means
 
 BOOTSTRAP = 2000
@@ -59,18 +60,17 @@ def _arm_options(flags: list[str]) -> dict[str, str]:
 
 
 def _lstat_objective(flags: list[str], n: int) -> tuple[str, int]:
-    """An arm's recipe flags -> the L-statistic (preset, K) it trains, groups of n rollouts. GRPO's is the expected
-    reward (its std weighting aside); MaxRL's estimator is unbiased for sum_{k<n} pass@k / k, the preset
-    `MaxRL:(n-1)` at K = n-1 (docs/objectives.md)."""
+    """An arm's recipe flags -> the L-statistic (preset, K) it trains, groups of n rollouts: its estimator's registry
+    row (`target`), e.g. GRPO's is the expected reward (its std weighting aside) and MaxRL's `MaxRL:(n-1)` at
+    K = n-1 (docs/objectives.md)."""
     opts = _arm_options(flags)
-    estimator = opts.get("--ordergrad_estimator", "ordergrad")
-    if estimator == "grpo":
-        return "Mean", 1
-    if estimator == "maxrl":
-        return f"MaxRL:{n - 1}", n - 1
-    if estimator != "ordergrad":
-        raise ValueError(f"no L-statistic recorded for an arm with --ordergrad_estimator {estimator}")
-    return opts["--ordergrad_objective"], int(opts["--ordergrad_k"])
+    estimator = ESTIMATORS[estimator_name(opts.get("--ordergrad_estimator", DEFAULT_ESTIMATOR))]
+    given = {"objective": opts.get("--ordergrad_objective"), "k": opts.get("--ordergrad_k")}
+    target = estimator.targets(n, **{p: int(v) if p == "k" else v for p, v in given.items()
+                                     if p in estimator.params and v is not None})  # fmt: skip
+    if target is None:
+        raise ValueError(f"no L-statistic recorded for an arm with --ordergrad_estimator {estimator.name}")
+    return target
 
 
 def objective_specs(arm_flags: dict[str, list[str]], n: int) -> dict[str, tuple[str, int]]:

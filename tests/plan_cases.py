@@ -44,10 +44,8 @@ ENGINE_KEY = {**TRL_FIELD, "scale": "ordergrad_scale_rewards"}
 
 
 def expected_message(settings: dict, n: int) -> str:
-    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none")  # fmt: skip
     with pytest.raises(ValueError) as info:
-        build_plan(**{**defaults, **settings}, num_generations=n)
+        build_plan(**settings, num_generations=n)
     return str(info.value)
 
 
@@ -58,9 +56,7 @@ def case_id(case) -> str:
 def trl_path(rows, settings: dict, n: int, stage: int = 0) -> torch.Tensor:
     """What OrderGradTrainer computes for each group (its `(G, N)` view, one group per uid): `plan.advantages` of
     the active stage, then `scale_advantages` with scale_rewards (over the whole batch for "batch"), NaN -> 0."""
-    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none")  # fmt: skip
-    plan = build_plan(**{**defaults, **settings}, num_generations=n)
+    plan = build_plan(**settings, num_generations=n)
     scores = torch.tensor([score for _, score in rows], dtype=torch.float64)
     out = torch.zeros(len(rows), dtype=torch.float64)
     for uid in dict.fromkeys(u for u, _ in rows):

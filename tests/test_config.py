@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ordergrad_trl import OrderGradConfig
+from ordergrad_trl.core.objectives import DEFAULT_OBJECTIVE
 
 
 def trained(config) -> tuple[str, int]:
@@ -19,7 +20,7 @@ def trained(config) -> tuple[str, int]:
 
 def test_defaults_keep_the_gradient_unbiased(cpu_training_args):
     config = OrderGradConfig(**cpu_training_args)
-    assert (*trained(config), config.num_generations) == ("TopM:2", 4, 8)
+    assert (*trained(config), config.num_generations) == (DEFAULT_OBJECTIVE, 4, 8)
     assert config.loss_type == "dr_grpo" and config.resolved_importance_sampling_level() == "token"
     assert config.max_grad_norm == 1.0
     assert config.scale_rewards == "none" and config.beta == 0.0 and config.num_iterations == 1
@@ -29,7 +30,9 @@ def test_defaults_keep_the_gradient_unbiased(cpu_training_args):
 
 
 @pytest.mark.parametrize(
-    "n, k, objective", [(2, 1, "Mean"), (3, 2, "TopM:2"), (4, 3, "TopM:2"), (5, 4, "TopM:2"), (16, 4, "TopM:2")]
+    "n, k, objective",
+    [(2, 1, "Mean"), (3, 2, DEFAULT_OBJECTIVE), (4, 3, DEFAULT_OBJECTIVE), (5, 4, DEFAULT_OBJECTIVE),
+     (16, 4, DEFAULT_OBJECTIVE)],
 )
 def test_default_k_fits_any_group_size(cpu_training_args, n, k, objective):
     # a plain GRPOConfig -> OrderGradConfig substitution must not fail on TRL's small test groups
@@ -47,12 +50,12 @@ def test_resolved_defaults_do_not_stick_across_replace(cpu_training_args):
     import pickle
 
     small = OrderGradConfig(**cpu_training_args, num_generations=3, per_device_train_batch_size=3)
-    assert trained(small) == ("TopM:2", 2) and small.resolved_importance_sampling_level() == "token"
+    assert trained(small) == (DEFAULT_OBJECTIVE, 2) and small.resolved_importance_sampling_level() == "token"
     assert (small.ordergrad_k, small.ordergrad_objective, small.importance_sampling_level) == (None, None, None)
     # generation_batch_size=None: TRL's own resolved batch fields clash in a copy otherwise
     big = dataclasses.replace(small, num_generations=8, per_device_train_batch_size=8, loss_type="luspo",
                               generation_batch_size=None)  # fmt: skip
-    assert trained(big) == ("TopM:2", 4) and big.resolved_importance_sampling_level() == "sequence"
+    assert trained(big) == (DEFAULT_OBJECTIVE, 4) and big.resolved_importance_sampling_level() == "sequence"
     back = dataclasses.replace(big, loss_type="dapo", generation_batch_size=None)
     assert back.resolved_importance_sampling_level() == "token"
     # values the user set stay set
@@ -63,10 +66,10 @@ def test_resolved_defaults_do_not_stick_across_replace(cpu_training_args):
     scheduled = OrderGradConfig(**cpu_training_args, ordergrad_schedule=["0 ReMax@6", "5 Mean@1"])
     assert trained(scheduled) == ("ReMax", 6)
     plain = dataclasses.replace(scheduled, ordergrad_schedule=None, generation_batch_size=None)
-    assert trained(plain) == ("TopM:2", 4)
+    assert trained(plain) == (DEFAULT_OBJECTIVE, 4)
     # a pickled copy keeps its plan; the JSON form holds the fields as set
     restored = pickle.loads(pickle.dumps(big))
-    assert trained(restored) == ("TopM:2", 4) and json.loads(big.to_json_string())["ordergrad_k"] is None
+    assert trained(restored) == (DEFAULT_OBJECTIVE, 4) and json.loads(big.to_json_string())["ordergrad_k"] is None
 
 
 def test_yaml_round_trip_rebuilds_the_same_plan(tmp_path, cpu_training_args):
@@ -154,7 +157,7 @@ def test_careless_values_from_the_command_line_and_yaml_name_the_field(tmp_path)
         parse(["--config", str(yaml_file)])
     yaml_file.write_text("ordergrad_estimator: rs_grpo\nordergrad_estimator_kwargs: {beta: 2}\n")  # a YAML mapping
     (args,) = parse(["--config", str(yaml_file), "--per_device_train_batch_size", "8"])
-    assert args.ordergrad_plan.stages[0].context.options == {"beta": 2}
+    assert args.ordergrad_plan.stages[0].options == {"beta": 2}
 
 
 def test_a_plain_replace_copy_builds_its_own_plan(cpu_training_args):
@@ -164,7 +167,7 @@ def test_a_plain_replace_copy_builds_its_own_plan(cpu_training_args):
     config = OrderGradConfig(**cpu_training_args)
     assert config.steps_per_generation is not None and config.generation_batch_size is not None  # TRL derived both
     copy = dataclasses.replace(config, num_generations=4)
-    assert trained(copy) == ("TopM:2", 3) and copy.generation_batch_size == config.generation_batch_size
+    assert trained(copy) == (DEFAULT_OBJECTIVE, 3) and copy.generation_batch_size == config.generation_batch_size
     assert trained(dataclasses.replace(config, ordergrad_objective="ReMax", ordergrad_k=5)) == ("ReMax", 5)
     with pytest.raises(ValueError, match=r"generation_batch_size \(16\) and steps_per_generation \(1\) disagree"):
         dataclasses.replace(config, generation_batch_size=16)  # ambiguous: which one did the user mean?

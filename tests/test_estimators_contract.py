@@ -9,6 +9,7 @@ from test_estimators import DEFAULT_PARAMS, reward_batch
 
 from ordergrad_trl.core.estimators import (
     ESTIMATORS,
+    NAN_RULES,
     bind_estimator,
     estimator_params,
     get_estimator,
@@ -21,6 +22,8 @@ from ordergrad_trl.core.estimators import (
     rs_grpo,
 )
 from ordergrad_trl.core.estimators import registry as estimator_registry
+from ordergrad_trl.core.objectives import DEFAULT_K, DEFAULT_OBJECTIVE
+from ordergrad_trl.core.schedule import ObjectiveStage
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -58,6 +61,45 @@ def test_centered_exactly_where_claimed(name):
         assert bool((a >= 0).all()) == (">= 0" in claim)
 
 
+def check_nan_rule_and_minimum_group(entry, params) -> None:
+    """The registry row's `nan` rule and `min_group`, checked on groups with every count of valid rewards: NaN gets 0;
+    "drop": the rest equals the group of its valid rewards alone; "chunk": NaN is left out of its chunk (the same
+    as a reward below every valid one of the chunk); fewer valid rewards than the minimum: all 0, the minimum
+    itself: some nonzero advantage (so it is tight); a narrower call raises ValueError or gives all 0."""
+    minimum, fn, width = entry.group_minimum(**params), entry.fn, 6
+    assert isinstance(minimum, int) and 1 <= minimum <= width, (entry.name, minimum)
+    gen = torch.Generator().manual_seed(3)
+    r = reward_batch(binary=entry.binary, seed=21, g=70)  # (70, 6)
+    for g in range(5, 70):  # every count of NaN entries, at random places
+        r[g, torch.randperm(width, generator=gen)[: g % (width + 1)]] = math.nan
+    a = fn(r, **params)
+    for row, adv in zip(r, a):
+        valid = ~torch.isnan(row)
+        assert bool((adv[~valid] == 0).all())
+        if int(valid.sum()) < minimum:
+            assert bool((adv == 0).all()), (entry.name, row)
+        elif entry.nan == "drop":
+            assert torch.allclose(adv[valid], fn(row[valid][None], **params)[0], rtol=1e-12, atol=1e-12), row
+        else:  # "chunk", one chunk of the whole group (the default k)
+            assert torch.allclose(adv, fn(row.nan_to_num(float(row.nan_to_num(0.0).min()) - 1.0)[None], **params)[0]
+                                  .where(valid, 0.0), rtol=1e-12, atol=1e-12), row  # fmt: skip
+    tight = torch.full((1, width), math.nan, dtype=torch.float64)
+    tight[0, :minimum] = torch.arange(minimum) == 0 if entry.binary else torch.arange(minimum, dtype=torch.float64)
+    assert bool((fn(tight, **params) != 0).any()), f"{entry.name}: min_group={minimum} is not tight"
+    for n in range(1, minimum):
+        try:
+            assert bool((fn((torch.arange(n)[None] == 0).double(), **params) == 0).all())
+        except ValueError:
+            pass
+
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_the_nan_rule_and_minimum_group_of_the_registry_row_hold(name):
+    entry = ESTIMATORS[name]
+    assert entry.nan in NAN_RULES and entry.min_group is not None, f"{name}: declare nan= and min_group="
+    check_nan_rule_and_minimum_group(entry, DEFAULT_PARAMS[name])
+
+
 def test_bad_parameters_raise():
     r = torch.rand(2, 6)
     with pytest.raises(ValueError, match="binary"):
@@ -83,7 +125,7 @@ def test_registry_lookup_and_binding():
     with pytest.raises(ValueError, match="valid names: " + ", ".join(ESTIMATORS)):
         get_estimator("dapo")
     assert list(ESTIMATORS)[:3] == ["ordergrad", "grpo", "rloo"] and {"maxrl", "maxrl_loo"} <= set(ESTIMATORS)
-    assert estimator_params("ordergrad") == {"objective": "TopM:2", "k": 4}
+    assert estimator_params("ordergrad") == {"objective": DEFAULT_OBJECTIVE, "k": DEFAULT_K}
     assert estimator_params("rloo") == {}
     assert estimator_params("grpo") == {"scale": "none"}  # the std is the caller's scale_rewards
     r = torch.rand(3, 8)
@@ -99,17 +141,17 @@ def test_registry_lookup_and_binding():
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_one_registry_every_lookup_agrees(name):
-    """The function, the registry entry called with keyword parameters and with the default context compute the
-    same thing (the two registries this replaced disagreed about grpo)."""
+    """The function, the registry entry called with keyword parameters and with a default stage compute the same
+    thing (the two registries this replaced disagreed about grpo); a stage hands `objective` its weights."""
     r = reward_batch(binary=ESTIMATORS[name].binary, seed=8)
     entry = ESTIMATORS[name]
     defaults = get_estimator(name)(r)
     assert torch.equal(entry(r), defaults)
-    context = estimator_registry.EstimatorContext(k=entry.params.get("k") or r.shape[-1])
-    expected = get_estimator(name)(r, **{p: getattr(context, p) for p in entry.reads})
-    assert torch.equal(entry(r, context), expected)
+    stage = ObjectiveStage(k=entry.params.get("k") or r.shape[-1])
+    expected = get_estimator(name)(r, **{p: getattr(stage, p) for p in entry.reads})  # `objective` as its string
+    assert torch.equal(entry(r, stage), expected)
     if not entry.reads:
-        assert torch.equal(entry(r, context), defaults)
+        assert torch.equal(entry(r, stage), defaults)
 
 
 def test_a_duplicate_name_is_refused_and_a_new_one_is_listed(monkeypatch):

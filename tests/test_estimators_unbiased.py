@@ -6,9 +6,10 @@ import itertools
 import pytest
 import torch
 from oracle import lstat
+from test_estimators import DEFAULT_PARAMS
 
 from ordergrad_trl import rank_weights
-from ordergrad_trl.core.estimators import get_estimator, ordergrad, pkpo, rloo
+from ordergrad_trl.core.estimators import ESTIMATORS, get_estimator, ordergrad, pkpo, rloo
 
 # ---------------------------------------------------------------- unbiasedness by exact enumeration
 
@@ -82,18 +83,15 @@ def two_prompt_direction(estimator, prompts, n):
     return torch.cat([expected_update(lg, vals, n, estimator) for lg, vals in prompts])
 
 
-@pytest.mark.parametrize(
-    "name,params,objective",
-    [
-        ("grpo", {"scale": "group"}, lambda lg, vals: exact_objective(lg, vals, [1.0])),
-        ("passk_chen", {"k": 2}, lambda lg, vals: exact_objective(lg, vals, [0.0, 1.0])),
-        (
-            "rs_grpo",
-            {"beta": 2.0},
-            lambda lg, vals: torch.log((torch.softmax(lg, -1) * torch.exp(2.0 * torch.tensor(vals))).sum()) / 2.0,
-        ),
-    ],
-)
+BIASED_CASES = [  # (estimator, parameters, the objective it is biased for): one per row declared `unbiased=False`
+    ("grpo", {"scale": "group"}, lambda lg, vals: exact_objective(lg, vals, [1.0])),
+    ("passk_chen", {"k": 2}, lambda lg, vals: exact_objective(lg, vals, [0.0, 1.0])),
+    ("rs_grpo", {"beta": 2.0},
+     lambda lg, vals: torch.log((torch.softmax(lg, -1) * torch.exp(2.0 * torch.tensor(vals))).sum()) / 2.0),
+]
+
+
+@pytest.mark.parametrize("name,params,objective", BIASED_CASES, ids=lambda v: v if isinstance(v, str) else None)
 def test_biased_estimators_point_away_from_their_objective_gradient(name, params, objective):
     # two prompts of different difficulty: a per-group rescaling (std, sigma, ratio) reweights them, so the expected
     # update is not parallel to grad (J_1 + J_2) -- while an unbiased estimator would match it exactly
@@ -115,12 +113,33 @@ def test_biased_estimators_point_away_from_their_objective_gradient(name, params
         assert torch.allclose(unbiased, truth, atol=1e-12)
 
 
-def test_every_estimator_has_its_unbiasedness_claim_tested():
-    """Each registered estimator is in one of the enumeration tests above (MaxRL's: tests/test_maxrl.py); a new
-    one fails here until its claim ("unbiased for ..." or "nothing") is checked."""
-    from ordergrad_trl.core.estimators import ESTIMATORS
+def check_unbiased_for_its_target(entry, params, n: int = 5) -> None:
+    """The registry row's claim: the exact expected update (every N-tuple of a 4-outcome policy, ties included) is
+    the gradient of its `target` L-statistic, `(objective, K)` at this N (0/1 outcomes for a 0/1 estimator)."""
+    objective, k = entry.targets(n, **params)
+    values = [0.0, 1.0, 1.0, 0.0] if entry.binary else VALUES
+    got = expected_update(LOGITS, values, n, lambda r: entry.fn(r, **params))
+    assert torch.allclose(got, true_gradient(LOGITS, values, rank_weights(objective, k).tolist()), atol=1e-12)
 
-    tested = {"ordergrad", "rloo", "maxk_tang", "pkpo", "grpo", "passk_chen", "rs_grpo", "maxrl", "maxrl_loo"}
-    assert tested == set(ESTIMATORS)
-    biased = {"grpo", "passk_chen", "rs_grpo"}  # test_biased_estimators_point_away_from_their_objective_gradient
-    assert {name for name in ESTIMATORS if ESTIMATORS[name].unbiased_for.startswith("nothing")} == biased
+
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_every_estimator_is_unbiased_for_its_target_as_its_registry_row_claims(name):
+    """Each row's claim, read from the registry: `unbiased` ones by exact enumeration against their `target`; the
+    biased ones are the cases of test_biased_estimators_point_away_from_their_objective_gradient."""
+    entry = ESTIMATORS[name]
+    assert entry.unbiased is not None, f"{name}: declare unbiased= (and target=) in its registry row"
+    assert entry.unbiased_for.startswith("nothing") != entry.unbiased  # the docs table says the same
+    assert not (entry.unbiased and name in {case[0] for case in BIASED_CASES}), f"{name}: biased or not?"
+    if not entry.unbiased:
+        assert name in {case[0] for case in BIASED_CASES}, f"{name} is declared biased: add it to BIASED_CASES"
+        return
+    check_unbiased_for_its_target(entry, DEFAULT_PARAMS[name])
+
+
+def test_a_wrong_target_or_claim_is_caught():
+    """The enumeration tells targets apart: pkpo's row checked against K-1 or the mean fails."""
+    import dataclasses
+
+    for wrong in (lambda p, n: ("ReMax", p["k"] - 1), lambda p, n: ("Mean", 1)):
+        with pytest.raises(AssertionError):
+            check_unbiased_for_its_target(dataclasses.replace(ESTIMATORS["pkpo"], target=wrong), {"k": 3})

@@ -1,4 +1,4 @@
-"""The objective plan without TRL (`core.plan.build_plan`), the estimator context every estimator is called with,
+"""The objective plan without TRL (`core.plan.build_plan`), the stage every estimator is called with (its weights),
 and what the trainer checks at each step (an infinite reward, advantages that overflow) and hands TRL (the
 importance-sampling level). Config-level errors and YAML/replace round trips: tests/test_config.py and
 tests/test_trainer_zoo.py."""
@@ -10,19 +10,19 @@ import math
 import pytest
 import torch
 from plan_cases import BAD_SETTINGS, TRL_FIELD, case_id, expected_message
-from test_estimators import DEFAULT_PARAMS, reward_batch
+from test_estimators import DEFAULT_PARAMS, ORACLE_CASES, reward_batch
+from test_maxrl import MAXRL_ORACLES
 from test_trainer import G, make_trainer
 
-from ordergrad_trl.core.estimators import ESTIMATORS, EstimatorContext, get_estimator, scale_advantages
 from ordergrad_trl.core.advantage import lstat_advantage
-from ordergrad_trl.core.objectives import rank_weights
+from ordergrad_trl.core.estimators import ESTIMATORS, get_estimator, scale_advantages
+from ordergrad_trl.core.objectives import DEFAULT_OBJECTIVE, rank_weights
 from ordergrad_trl.core.plan import build_plan
+from ordergrad_trl.core.schedule import ObjectiveStage
 
 
 def plan(**fields):
-    settings = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none", num_generations=8)  # fmt: skip
-    return build_plan(**{**settings, **fields})
+    return build_plan(**{"num_generations": 8, **fields})  # the rest: the defaults
 
 
 def test_plan_of_a_schedule_is_looked_up_by_step():
@@ -36,7 +36,7 @@ def test_plan_of_a_schedule_is_looked_up_by_step():
     assert torch.equal(p.advantages(rewards, p.stages[1]), get_estimator("ordergrad")(rewards, objective="TopM:2", k=4))
     assert torch.equal(p.advantages(rewards[:, :4], p.stages[1]), torch.zeros(3, 4))  # N <= K (eval): zeros
     defaults = plan(num_generations=3)
-    assert (defaults.stages[0].objective, defaults.stages[0].k) == ("TopM:2", 2)
+    assert (defaults.stages[0].objective, defaults.stages[0].k) == (DEFAULT_OBJECTIVE, 2)
 
 
 @pytest.mark.parametrize(
@@ -54,21 +54,21 @@ def test_building_the_plan_is_the_check(fields, match):
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
-def test_every_estimator_is_called_alike_with_one_context(name):
-    """`ESTIMATORS[name](rewards, context)`: the context's objective / k / options reach the function; grpo's std
-    is left to `scale_advantages` (the caller's one place for scale_rewards)."""
+def test_every_estimator_is_called_alike_with_one_stage(name):
+    """`ESTIMATORS[name](rewards, stage)`: the stage's weights / k / options reach the function; grpo's std is left
+    to `scale_advantages` (the caller's one place for scale_rewards)."""
     r = reward_batch(binary=ESTIMATORS[name].binary, seed=3)
     params = dict(DEFAULT_PARAMS[name])
     spec = ESTIMATORS[name]
-    context = EstimatorContext(params.get("objective", "TopM:2"), params.get("k") or r.shape[-1],
-                               {p: v for p, v in params.items() if p in spec.options and p != "scale"})  # fmt: skip
+    stage = ObjectiveStage(0, params.get("objective", DEFAULT_OBJECTIVE), params.get("k") or r.shape[-1],
+                           options={p: v for p, v in params.items() if p in spec.options and p != "scale"})
     if "k" in spec.reads:
-        params["k"] = context.k
+        params["k"] = stage.k
     if name == "grpo":
-        scaled = scale_advantages(spec(r, context), r, "group").nan_to_num(0.0)  # NaN: a group's std of one reward
+        scaled = scale_advantages(spec(r, stage), r, "group").nan_to_num(0.0)  # NaN: a group's std of one reward
         assert torch.equal(scaled, get_estimator(name)(r, **params))
         params["scale"] = "none"
-    assert torch.equal(spec(r, context), get_estimator(name)(r, **params))
+    assert torch.equal(spec(r, stage), get_estimator(name)(r, **params))
 
 
 @pytest.mark.parametrize("name", list(ESTIMATORS))
@@ -76,7 +76,7 @@ def test_every_estimator_builds_a_plan_and_is_described_in_the_config_help(name)
     k = 3 if ESTIMATORS[name].reads else None
     p = plan(estimator=name, k=k, num_generations=6)
     rewards = reward_batch(binary=ESTIMATORS[name].binary, seed=1)  # (G, 6)
-    expected = ESTIMATORS[name](rewards, EstimatorContext(p.stages[0].objective, p.stages[0].k))
+    expected = ESTIMATORS[name](rewards, ObjectiveStage(0, p.stages[0].objective, p.stages[0].k))
     assert torch.equal(p.advantages(rewards, p.stages[0]), expected)
     from ordergrad_trl.core.estimators import estimator_help
 
@@ -188,16 +188,39 @@ def test_grouped_advantages_of_ragged_shuffled_groups_equal_scaled_advantages_gr
             torch.isnan(scores[rows]), 0.0), rtol=1e-12, atol=1e-12)  # fmt: skip
 
 
-def test_an_objective_string_is_parsed_once_for_the_plan_and_every_step():
-    """Building the plan (checks, the estimator's dry run, the stage's weights) and then computing advantages parse
-    the string once: the logged J (the stage's weights) and the trained advantage share that one derivation."""
+def test_an_objective_string_is_parsed_once_per_stage_and_never_at_a_step(monkeypatch):
+    """Building the plan (checks, the estimator's dry run, the stage's weights) parses each stage's string once, with
+    no cache; every step's estimator is handed the stage's weights: with the parser gone, advantages still come."""
     from ordergrad_trl.core import objectives
 
-    objectives._parse.cache_clear()
+    parsed = []
+    monkeypatch.setattr(objectives, "_parse", lambda text, k, parse=objectives._parse: parsed.append(text) or
+                        parse(text, k))  # fmt: skip
     p = plan(objective="TopM:3", k=5, num_generations=8)
+    scheduled = plan(schedule=["0 ReMax@6", "10 TopM:2@4"], num_generations=8)
+    # one per stage; with a schedule the (unused) default objective is checked too, first
+    assert parsed == ["TopM:3", DEFAULT_OBJECTIVE, "ReMax", "TopM:2"]
+    assert torch.equal(p.stages[0].weights, rank_weights("TopM:3", 5))
+    monkeypatch.setattr(objectives, "_parse", None)  # a step that parsed would raise TypeError
     rewards = torch.rand(4, 8, dtype=torch.float64)
     for _ in range(3):  # steps
         p.scaled_advantages(rewards)
-    assert objectives._parse.cache_info().misses == 1
-    assert torch.equal(p.stages[0].weights, rank_weights("TopM:3", 5))
+        scheduled.grouped_advantages(rewards.flatten(), torch.arange(4).repeat_interleave(8), scheduled.stage_at(10))
+        assert p.is_defined(p.stages[0], 6) and not p.is_defined(p.stages[0], 5)  # eval group sizes, new ones
     assert torch.equal(p.scaled_advantages(rewards), 5 * lstat_advantage(rewards, p.stages[0].weights))
+
+
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize("name,params,oracle", ORACLE_CASES + MAXRL_ORACLES,
+                         ids=lambda v: v if isinstance(v, str) else None)  # fmt: skip
+def test_the_plans_advantages_match_each_papers_loop_oracle(name, params, oracle, binary):
+    """The route that trains (the plan's stage handed to the estimator, then scale_rewards) against per-group loops
+    written from each paper's formula (tests/test_estimators.py, test_maxrl.py): the weights the stage carries are
+    the objective's."""
+    if (ESTIMATORS[name].binary and not binary) or ("k" in ESTIMATORS[name].reads and params.get("k") in (None, 6)):
+        pytest.skip("not a plan setting at N = 6")
+    fields = {"objective": params.get("objective"), "k": params.get("k"), "scale": params.get("scale", "none"),
+              "estimator_kwargs": {p: v for p, v in params.items() if p not in ("objective", "k", "scale")}}
+    p = plan(estimator=name, num_generations=6, **fields)
+    r = reward_batch(binary, seed=len(str(params)))
+    assert torch.allclose(p.scaled_advantages(r).nan_to_num(0.0), oracle(r), rtol=1e-9, atol=1e-9)

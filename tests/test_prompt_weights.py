@@ -23,9 +23,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def plan(n, prompt_weight, window=None, **settings):
-    defaults = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="grpo",
-                    estimator_kwargs=None, scale="none")  # fmt: skip
-    return build_plan(**{**defaults, **settings}, num_generations=n, prompt_weight=prompt_weight,
+    return build_plan(**{"estimator": "grpo", **settings}, num_generations=n, prompt_weight=prompt_weight,
                       prompt_weight_window=window)  # fmt: skip
 
 
@@ -305,8 +303,7 @@ def test_consecutive_engine_batches_equal_the_oracle(weight):
         rng.shuffle(rows)
         batches.append(rows)
     settings = {"objective": "TopM:2", "k": 2, "prompt_weight": weight, "prompt_weight_window": 1}
-    p = build_plan(**{**dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                             estimator_kwargs=None, scale="none"), **settings}, num_generations=8)  # fmt: skip
+    p = build_plan(**settings, num_generations=8)
     plain = {k: v for k, v in settings.items() if not k.startswith("prompt_weight")}
     expected = engine_expected(batches, plain, weight, 1, n=8)
     for rows, want in zip(batches, expected):

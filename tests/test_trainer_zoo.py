@@ -313,17 +313,17 @@ def test_bad_zoo_config_raises_at_construction(cpu_training_args, overrides, mat
 def test_config_resolution(cpu_training_args):
     c = config(cpu_training_args, ordergrad_estimator=" RS_GRPO ", ordergrad_estimator_kwargs='{"beta": "3"}')
     assert c.ordergrad_estimator == "rs_grpo" and c.ordergrad_estimator_kwargs == {"beta": 3}  # JSON from the CLI
-    assert c.ordergrad_plan.stages[0].context.options == {"beta": 3}
+    assert c.ordergrad_plan.stages[0].options == {"beta": 3}
 
     # the std is scale_rewards' alone, applied by the trainer after any estimator (grpo included)
     c = config(cpu_training_args, ordergrad_estimator="grpo", scale_rewards=True)
-    assert c.ordergrad_plan.scale == "group" and c.ordergrad_plan.stages[0].context.options == {}
+    assert c.ordergrad_plan.scale == "group" and c.ordergrad_plan.stages[0].options == {}
     assert config(cpu_training_args).ordergrad_plan.scale == "none"
 
     c = config(cpu_training_args, ordergrad_estimator="pkpo", ordergrad_schedule=["0 ReMax@6", "50 ReMax@2"])
     assert (c.ordergrad_objective, c.ordergrad_k) == (None, None)  # the fields keep what was set; the plan trains
     stages = c.ordergrad_plan.stages
-    assert [(s.start_step, s.objective, s.context.k) for s in stages] == [(0, "ReMax", 6), (50, "ReMax", 2)]
+    assert [(s.start_step, s.objective, s.k) for s in stages] == [(0, "ReMax", 6), (50, "ReMax", 2)]
     assert [(s.start_step, s.k) for s in c.ordergrad_stages()] == [(0, 6), (50, 2)]
 
     c = config(cpu_training_args, ordergrad_k=3, ordergrad_reward_objectives=["0,0,0.5,0.5@4", " Mean "])

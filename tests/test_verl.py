@@ -33,7 +33,7 @@ import ordergrad_trl.integrations.verl as adapter  # noqa: E402
 from ordergrad_trl.integrations import engine  # noqa: E402
 from estimator_cases import CASES  # noqa: E402
 from ordergrad_trl.core.estimators import ESTIMATORS  # noqa: E402
-from ordergrad_trl.core.plan import build_plan  # noqa: E402
+from ordergrad_trl.core.plan import DEFAULT_OBJECTIVE, build_plan  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
@@ -264,11 +264,11 @@ def test_compute_advantage_equals_the_trl_path_for_every_estimator(settings):
 
 
 def test_defaults_follow_rollout_n_as_the_trl_defaults_follow_num_generations():
-    """Unset K is min(4, n-1) of verl's rollout.n (TRL: num_generations); the objective TopM:2, Mean at K=1."""
+    """Unset K is min(4, n-1) of verl's rollout.n (TRL: num_generations); the default objective, Mean at K=1."""
     from omegaconf import OmegaConf
 
     data, rows = shuffled_ragged_batch([3, 3, 3], seed=2)
-    for n, k, objective in [(3, 2, "TopM:2"), (2, 1, "Mean"), (12, 4, "TopM:2")]:
+    for n, k, objective in [(3, 2, DEFAULT_OBJECTIVE), (2, 1, "Mean"), (12, 4, DEFAULT_OBJECTIVE)]:
         full = OmegaConf.create({"algorithm": {"adv_estimator": "ordergrad"}, "actor_rollout_ref": {"rollout": {"n": n}}})
         plan = adapter.plan_from_config(full.algorithm, adapter._rollout_n(full.algorithm))
         assert (plan.stages[0].k, plan.stages[0].objective) == (k, objective)

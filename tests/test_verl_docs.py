@@ -144,7 +144,7 @@ def test_bad_settings_at_composition_time():
     assert (plan.estimator, plan.scale, [(s.objective, s.k) for s in plan.stages]) == (
         "maxrl_loo", "group", [("MaxRL:4", 4), ("Mean", 1)])  # fmt: skip
     beta = compose(base + ["+algorithm.ordergrad_estimator=rs_grpo", "+algorithm.ordergrad_estimator_kwargs={beta:0.5}"])
-    assert dict(adapter.plan_from_config(beta.algorithm, 8).stages[0].context.options) == {"beta": 0.5}
+    assert dict(adapter.plan_from_config(beta.algorithm, 8).stages[0].options) == {"beta": 0.5}
     with pytest.raises(ValueError, match="algorithm.ordergrad_kk is not an OrderGrad key; valid keys: "):
         adapter.check_config(compose(base + ["+algorithm.ordergrad_kk=3"]))
 

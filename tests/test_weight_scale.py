@@ -46,9 +46,7 @@ def trainable(weights: list[float], n: int = N) -> bool:
 
 
 def plan(**overrides):
-    settings = dict(objective=None, k=None, schedule=None, reward_objectives=None, estimator="ordergrad",
-                    estimator_kwargs=None, scale="none", num_generations=N)  # fmt: skip
-    return build_plan(**{**settings, **overrides})
+    return build_plan(**{"num_generations": N, **overrides})
 
 
 HOSTILE = [

@@ -13,7 +13,6 @@ a string of comma-separated numbers.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -224,15 +223,14 @@ def rank_weights(objective: str | Sequence[float] | torch.Tensor, k: int) -> tor
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if isinstance(objective, str):
-        values = _parse(objective, k)  # each (string, K) is parsed once per process: the plan, the logged J and
-    else:  # every step's advantage then share one derivation
+    if isinstance(objective, str):  # parsed where a stage is built (`ObjectiveStage`); the stage carries the weights
+        values = _parse(objective, k)
+    else:
         values = _checked([float(v) for v in (objective.tolist() if isinstance(objective, torch.Tensor) else objective)],
                           objective, k)  # fmt: skip
     return torch.tensor(values, dtype=torch.float64)
 
 
-@functools.lru_cache(maxsize=256)
 def _parse(objective: str, k: int) -> tuple[float, ...]:
     text = objective.strip()
     if "," in text or _is_number(text):

@@ -1,8 +1,8 @@
 """The objective plan: what trains at each step, built once from `OrderGradConfig`'s fields; building it is the check.
 
 `build_plan` turns the `ordergrad_*` fields (objective, K, schedule, per-reward objectives, estimator and its
-options, prompt weight) into an immutable `ObjectivePlan`: its stages (start step, objective, K, rank weights,
-estimator context) or its per-reward specs, and the prompt weight applied after the estimator, before
+options, prompt weight) into an immutable `ObjectivePlan`: its stages (`ObjectiveStage`: start step, objective, K, rank
+weights, the estimator's options) or its per-reward specs, and the prompt weight applied after the estimator, before
 `scale_rewards`. Every error a setting can cause is raised here, naming the config field and its valid
 values, so that a bad setting fails when the config is built, never at step 1; the trainer only looks things up.
 Pure torch (no TRL), so other trainers can build the same plan.
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .estimators import ESTIMATORS, SCALES, EstimatorContext, estimator_name, scale_advantages
+from .estimators import ESTIMATORS, SCALES, estimator_name, scale_advantages
 from .objectives import DEFAULT_K, DEFAULT_OBJECTIVE, VALID_OBJECTIVES, rank_weights
 from .prompt_weights import PromptWeightSpec, PromptWindow, parse_prompt_weight, success_rates
-from .schedule import parse_objective_at_k, parse_objective_schedule, string_list
+from .schedule import ObjectiveStage, parse_objective_at_k, parse_objective_schedule, string_list
 
 __all__ = ["DEFAULT_ESTIMATOR", "DEFAULT_K", "DEFAULT_OBJECTIVE", "DEFAULT_SCALE", "SCALES", "ObjectivePlan",
-           "PlanStage", "build_plan", "normalize_scale"]  # fmt: skip
+           "ObjectiveStage", "build_plan", "normalize_scale"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -52,19 +52,6 @@ def normalize_scale(scale, field: str = "scale_rewards") -> str:
 
 
 @dataclass(frozen=True)
-class PlanStage:
-    """From optimizer step `start_step` on: `objective` over `k` rollouts, its rank weights and estimator context.
-
-    A per-reward spec (`ObjectivePlan.per_reward`) is a stage too, whose `start_step` is 0."""
-
-    start_step: int
-    objective: str
-    k: int
-    weights: torch.Tensor = field(compare=False, repr=False)  # (K,) float64, ascending
-    context: EstimatorContext = field(repr=False)
-
-
-@dataclass(frozen=True)
 class ObjectivePlan:
     """What trains: one estimator with `stages` (a schedule has several), or `per_reward` objectives (one per
     reward function, with the `ordergrad` estimator); then `prompt_weight` (None: none) multiplies each group's
@@ -73,30 +60,34 @@ class ObjectivePlan:
     estimator: str
     scale: str
     num_generations: int
-    stages: tuple[PlanStage, ...]
-    per_reward: tuple[PlanStage, ...] | None = None
+    stages: tuple[ObjectiveStage, ...]
+    per_reward: tuple[ObjectiveStage, ...] | None = None  # one stage per reward function, `start_step` 0
     scheduled: bool = False
     prompt_weight: PromptWeightSpec | None = None
-    # (estimator context, group size) -> whether the estimator is defined there (eval groups can be smaller)
+    # (estimator, stage, group size) -> whether the estimator is defined there (eval groups can be smaller)
     _defined: dict = field(default_factory=dict, compare=False, repr=False)
 
     def stage_index(self, step: int) -> int:
         """Index of the stage active at optimizer step `step`."""
         return bisect.bisect_right([s.start_step for s in self.stages], step) - 1
 
-    def is_defined(self, stage: PlanStage, n: int, estimator: str | None = None) -> bool:
+    def stage_at(self, step: int) -> ObjectiveStage:
+        """The stage active at optimizer step `step` (what an engine hands `grouped_advantages`)."""
+        return self.stages[self.stage_index(step)]
+
+    def is_defined(self, stage: ObjectiveStage, n: int, estimator: str | None = None) -> bool:
         """Whether the estimator of `stage` is defined on groups of `n` rollouts (e.g. not `ordergrad` with n <= K)."""
         key = (estimator or self.estimator, id(stage), n)  # the plan holds its stages: ids stay
         if key not in self._defined:
-            self._defined[key] = _defined(ESTIMATORS[key[0]], stage.context, n)
+            self._defined[key] = _defined(ESTIMATORS[key[0]], stage, n)
         return self._defined[key]
 
-    def advantages(self, rewards: torch.Tensor, stage: PlanStage, estimator: str | None = None) -> torch.Tensor:
+    def advantages(self, rewards: torch.Tensor, stage: ObjectiveStage, estimator: str | None = None) -> torch.Tensor:
         """`(G, N)` rewards -> `(G, N)` advantages of `stage` (unscaled); zeros where the estimator is undefined for
         this N (evaluation with N <= K). `estimator` defaults to the plan's (per-reward specs use `ordergrad`)."""
         if not self.is_defined(stage, rewards.shape[-1], estimator):
             return torch.zeros_like(rewards)
-        return ESTIMATORS[estimator or self.estimator](rewards, stage.context).to(rewards.dtype)
+        return ESTIMATORS[estimator or self.estimator](rewards, stage).to(rewards.dtype)
 
     def prompt_weights(self, rewards: torch.Tensor, window: PromptWindow | None = None, bins: int | None = None):
         """`(G, N)` rewards -> `((G,) float64 prompt weights, (G,) p_hat)`, or None without a prompt weight.
@@ -115,7 +106,7 @@ class ObjectivePlan:
         divided by each group's (`"group"`) or the whole batch's (`"batch"`) reward std + 1e-4; `"none"`: as given."""
         return scale_advantages(advantages, rewards, self.scale)
 
-    def scaled_advantages(self, rewards: torch.Tensor, stage: PlanStage | None = None,
+    def scaled_advantages(self, rewards: torch.Tensor, stage: ObjectiveStage | None = None,
                           window: PromptWindow | None = None) -> torch.Tensor:  # fmt: skip
         """`(G, N)` rewards -> the `(G, N)` advantages that train: `stage`'s (default: the first) estimator, the
         prompt weight (measured against `window`, which this does not update), then `scale_rewards` (the trainer
@@ -128,7 +119,7 @@ class ObjectivePlan:
             adv = adv * weighted[0].to(adv.dtype)[:, None]
         return self.scale_advantages(adv, rewards)
 
-    def grouped_advantages(self, scores: torch.Tensor, group: torch.Tensor, stage: PlanStage | None = None,
+    def grouped_advantages(self, scores: torch.Tensor, group: torch.Tensor, stage: ObjectiveStage | None = None,
                            window: PromptWindow | None = None):  # fmt: skip
         """`scaled_advantages` for rows grouped by id, in any order and of any sizes (verl's and SkyRL's batches):
         one batched call per group size, as TRL's `(G, N)` view, and `"batch"` scaling over every row at once.
@@ -173,16 +164,18 @@ class ObjectivePlan:
         return torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0), undefined
 
 
-def _defined(spec, context: EstimatorContext, n: int) -> bool:
+def _defined(spec, stage: ObjectiveStage, n: int) -> bool:
     try:
-        spec(torch.zeros(1, n, dtype=torch.float64), context)
+        spec(torch.zeros(1, n, dtype=torch.float64), stage)
     except ValueError:
         return False
     return True
 
 
-def check_objective(objective, k, num_generations: int, objective_field: str, k_field: str, at: str = "") -> None:
-    """`at` names a list entry (schedule, per-reward objectives) holding both; else two fields hold them."""
+def check_objective(objective, k, num_generations: int, objective_field: str, k_field: str,
+                    at: str = "") -> torch.Tensor:  # fmt: skip
+    """The `(K,)` rank weights of `objective` at `k`, checked (the one derivation of a stage's weights); `at` names
+    a list entry (schedule, per-reward objectives) holding both, else two fields hold them."""
     at = f"{at}: " if at else ""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"{at}{k_field} must be a positive integer, got {k!r}.")
@@ -212,6 +205,7 @@ def check_objective(objective, k, num_generations: int, objective_field: str, k_
             f"{at}{objective_field}={objective!r} at {k_field}={k}, num_generations={num_generations}: {why}. Only "
             "the weights' ratios set the direction: rescale them (e.g. so the largest is 1), or use a preset."
         )
+    return weights
 
 
 _F32 = torch.finfo(torch.float32)
@@ -240,14 +234,15 @@ def weight_scale_problem(weights: torch.Tensor, n: int) -> str | None:
     return None
 
 
-def _context(name: str, objective: str, k: int, options: dict, n: int, setting: str) -> EstimatorContext:
-    """The stage's estimator context, checked by running the estimator once on a zero group of size n."""
-    context = EstimatorContext(objective.strip(), k, dict(options))
+def _stage(name: str, start: int, objective: str, k: int, weights: torch.Tensor, options: dict, n: int,
+           setting: str) -> ObjectiveStage:  # fmt: skip
+    """The stage, checked by running its estimator once on a zero group of size n."""
+    stage = ObjectiveStage(start, objective, k, weights, dict(options))
     try:
-        ESTIMATORS[name](torch.zeros(1, n, dtype=torch.float64), context)
+        ESTIMATORS[name](torch.zeros(1, n, dtype=torch.float64), stage)
     except (ValueError, TypeError) as err:
         raise ValueError(f"ordergrad_estimator={name!r} with {setting}, num_generations={n}: {err}") from err
-    return context
+    return stage
 
 
 def _estimator(name, kwargs) -> tuple[str, dict]:
@@ -275,12 +270,12 @@ def _estimator(name, kwargs) -> tuple[str, dict]:
 
 
 def build_plan(
-    *, objective, k, schedule, reward_objectives, estimator, estimator_kwargs, scale, num_generations: int,
-    prompt_weight=None, prompt_weight_window=None,
+    *, num_generations: int, objective=None, k=None, schedule=None, reward_objectives=None, estimator=None,
+    estimator_kwargs=None, scale=None, prompt_weight=None, prompt_weight_window=None,
 ) -> ObjectivePlan:
-    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...); `None` objective, K,
-    estimator, scale and prompt weight take the defaults. Raises `ValueError` naming the field and its valid values
-    for every bad setting."""
+    """The plan of `OrderGradConfig`'s fields (`ordergrad_objective`, `ordergrad_k`, ...) over groups of
+    `num_generations` rollouts; a setting left out (or `None`) takes its default, the same one the config's field
+    has. Raises `ValueError` naming the field and its valid values for every bad setting."""
     weight = parse_prompt_weight(prompt_weight, prompt_weight_window)
     name, options = _estimator(estimator, estimator_kwargs)
     scale = normalize_scale(scale)
@@ -289,7 +284,7 @@ def build_plan(
         k = min(DEFAULT_K, num_generations - 1)
     if objective is None:
         objective = DEFAULT_OBJECTIVE if isinstance(k, int) and k >= 2 else "Mean"
-    check_objective(objective, k, num_generations, "ordergrad_objective", "ordergrad_k")
+    weights = check_objective(objective, k, num_generations, "ordergrad_objective", "ordergrad_k")
     kw = f"ordergrad_estimator_kwargs={estimator_kwargs!r}, " if options else ""
     reads = ", ".join(f"{FIELD_OF[r]}={v!r}" for r, v in (("objective", objective), ("k", k)) if r in spec.reads)
 
@@ -302,15 +297,13 @@ def build_plan(
                 f"ordergrad_schedule has no effect with ordergrad_estimator={name!r}, which takes neither an objective "
                 f"nor k; use one that does: {', '.join(n for n, s in ESTIMATORS.items() if s.reads)}."
             )
-        for index, stage in enumerate(parse_objective_schedule(schedule)):
+        for index, (start, obj, kf) in enumerate(parse_objective_schedule(schedule)):
             at = f"ordergrad_schedule[{index}]={schedule[index]!r}"
-            check_objective(stage.objective, stage.k, num_generations, "objective", "K", at=at)
-            context = _context(name, stage.objective, stage.k, options, num_generations, kw + at)
-            stages.append(PlanStage(stage.start_step, stage.objective, stage.k, rank_weights(stage.objective, stage.k),
-                                    context))  # fmt: skip
+            w = check_objective(obj, kf, num_generations, "objective", "K", at=at)
+            stages.append(_stage(name, start, obj, kf, w, options, num_generations, kw + at))
     else:
-        context = _context(name, objective, k, options, num_generations, (kw + reads).rstrip(", ") or "defaults")
-        stages.append(PlanStage(0, objective, k, rank_weights(objective, k), context))
+        setting = (kw + reads).rstrip(", ") or "defaults"
+        stages.append(_stage(name, 0, objective, k, weights, options, num_generations, setting))
     if reward_objectives is not None:
         if name != "ordergrad":
             raise ValueError(
@@ -321,9 +314,8 @@ def build_plan(
         for index, entry in enumerate(string_list(reward_objectives, "ordergrad_reward_objectives")):
             obj, kf = parse_objective_at_k(entry, k, "ordergrad_reward_objectives")
             at = f"ordergrad_reward_objectives[{index}]={entry!r}"
-            check_objective(obj, kf, num_generations, "objective", "K", at=at)
-            context = _context("ordergrad", obj, kf, {}, num_generations, at)
-            per_reward.append(PlanStage(0, obj, kf, rank_weights(obj, kf), context))
+            w = check_objective(obj, kf, num_generations, "objective", "K", at=at)
+            per_reward.append(_stage("ordergrad", 0, obj, kf, w, {}, num_generations, at))
         per_reward = tuple(per_reward)
     return ObjectivePlan(name, scale, num_generations, tuple(stages), per_reward, schedule is not None, weight)
 
@@ -334,7 +326,7 @@ def warn_about_eval_groups(plan: ObjectivePlan, n_eval: int | None) -> None:
         return
     stages = plan.per_reward if plan.per_reward is not None else plan.stages
     name = "ordergrad" if plan.per_reward is not None else plan.estimator
-    undefined = [s for s in stages if not _defined(ESTIMATORS[name], s.context, n_eval)]
+    undefined = [s for s in stages if not _defined(ESTIMATORS[name], s, n_eval)]
     if undefined or n_eval < max(s.k for s in stages):
         logger.warning(
             "num_generations_eval (%d): %s in evaluation, where those advantages are set to 0 (the eval policy "

@@ -1,22 +1,40 @@
-"""Parsers of objective schedules and `OBJECTIVE@K` entries.
+"""The objective stage (the one type every estimator is called with) and the parsers of schedules and `OBJECTIVE@K`.
 
-These are the string forms of `ordergrad_schedule` and `ordergrad_reward_objectives` (`OrderGradConfig`); the
-objectives themselves are checked there."""
+The parsers read the string forms of `ordergrad_schedule` and `ordergrad_reward_objectives` (`OrderGradConfig`);
+the objectives themselves are checked by the plan (`core.plan.build_plan`), which builds the stages."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .objectives import DEFAULT_K, DEFAULT_OBJECTIVE, rank_weights
 
 __all__ = ["ObjectiveStage", "parse_objective_at_k", "parse_objective_schedule"]
 
 
 @dataclass(frozen=True)
 class ObjectiveStage:
-    """One piece of the objective schedule: from optimizer step `start_step` on, `objective` over `k` rollouts."""
+    """From optimizer step `start_step` on, `objective` over `k` rollouts, with its ascending rank `weights` and the
+    estimator's own `options` (e.g. `{"beta": 2.0}`).
 
-    start_step: int
-    objective: str
-    k: int
+    The one stage type: a piece of the schedule, a per-reward spec (`start_step` 0), and what every estimator is
+    called with (`ESTIMATORS[name](rewards, stage)`: an estimator taking `objective` gets the weights, one taking
+    `k` gets `k`). The weights are derived from the objective once, here, unless given (the plan gives the ones it
+    checked)."""
+
+    start_step: int = 0
+    objective: str = DEFAULT_OBJECTIVE
+    k: int = DEFAULT_K
+    weights: torch.Tensor = field(default=None, compare=False, repr=False)  # (K,) float64, ascending
+    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.weights is None:
+            object.__setattr__(self, "weights", rank_weights(self.objective, self.k))
 
 
 def parse_objective_at_k(
@@ -63,8 +81,9 @@ def string_list(value, field_name: str) -> list[str]:
     return list(value)
 
 
-def parse_objective_schedule(entries) -> list[ObjectiveStage]:
-    """`["0 ReMax@8", "100 Mean@1"]` -> stages; steps must start at 0 and increase strictly (objectives unchecked)."""
+def parse_objective_schedule(entries) -> list[tuple[int, str, int]]:
+    """`["0 ReMax@8", "100 Mean@1"]` -> `(start_step, objective, K)` per entry; steps must start at 0 and increase
+    strictly (objectives unchecked: the plan checks them, then builds the stages)."""
     stages = []
     for entry in string_list(entries, "ordergrad_schedule"):
         step_text, spec = (entry.split(None, 1) + ["", ""])[:2]
@@ -78,12 +97,10 @@ def parse_objective_schedule(entries) -> list[ObjectiveStage]:
                 "e.g. '100 ReMax@4'."
             )
         objective, k = parse_objective_at_k(spec, None, "ordergrad_schedule", entry)
-        stages.append(ObjectiveStage(step, objective, k))
-    if stages[0].start_step != 0:
+        stages.append((step, objective, k))
+    if stages[0][0] != 0:
         raise ValueError(f"ordergrad_schedule must start at step 0, got {entries[0]!r} first.")
     for prev, cur in zip(stages, stages[1:]):
-        if cur.start_step <= prev.start_step:
-            raise ValueError(
-                f"ordergrad_schedule steps must increase strictly, got step {cur.start_step} after {prev.start_step}."
-            )
+        if cur[0] <= prev[0]:
+            raise ValueError(f"ordergrad_schedule steps must increase strictly, got step {cur[0]} after {prev[0]}.")
     return stages

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from packaging.version import Version
 
-from ordergrad_trl.core.plan import ObjectivePlan, PlanStage, build_plan
+from ordergrad_trl.core.plan import ObjectivePlan, ObjectiveStage, build_plan
 from ordergrad_trl.core.prompt_weights import PromptWindow
 
 __all__ = ["KEYS", "settings_from", "plan_of", "group_ids", "outcome_advantages", "is_tested", "prompt_window"]
@@ -122,7 +122,7 @@ def outcome_advantages(
     response_mask: torch.Tensor,
     group: torch.Tensor,
     plan: ObjectivePlan,
-    stage: PlanStage,
+    stage: ObjectiveStage,
     *,
     engine: str,
     fix: str,

@@ -43,7 +43,7 @@ _FAILED = f"ordergrad_trl could not register algorithm.adv_estimator={NAME} with
 try:  # verl's plugin loader hides import errors (debug level): say it here, loudly, whatever fails
     import torch
 
-    from ordergrad_trl.core.plan import ObjectivePlan
+    from ordergrad_trl.core.plan import ObjectivePlan, ObjectiveStage
     from ordergrad_trl.integrations.engine import (
         KEYS, group_ids, is_tested, outcome_advantages, plan_of, settings_from,
     )
@@ -114,12 +114,13 @@ def check_config(config) -> None:
         plan_from_config(algorithm, n)
 
 
-def _stage_index(plan: ObjectivePlan) -> int:
+def _stage(plan: ObjectivePlan) -> ObjectiveStage:
+    """The plan's stage at verl's global step (the one stage without a schedule): what the call is handed."""
     if not plan.scheduled:
-        return 0
+        return plan.stages[0]
     from verl.utils.skip.skip_manager import SkipManager  # the trainers' global step, 1 at the first step
 
-    return plan.stage_index(max(int(SkipManager.step) - 1, 0))
+    return plan.stage_at(max(int(SkipManager.step) - 1, 0))
 
 
 def compute_ordergrad_advantage(
@@ -148,9 +149,8 @@ def compute_ordergrad_advantage(
         n = int(torch.bincount(group).max())
     plan = plan_from_config(config, n)
     fix = "Raise actor_rollout_ref.rollout.n or lower algorithm.ordergrad_k."
-    advantages = outcome_advantages(
-        token_level_rewards, response_mask, group, plan, plan.stages[_stage_index(plan)], engine="verl", fix=fix
-    )  # (bs, L)
+    advantages = outcome_advantages(token_level_rewards, response_mask, group, plan, _stage(plan), engine="verl",
+                                    fix=fix)  # fmt: skip
     return advantages, advantages
 
 

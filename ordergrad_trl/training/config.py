@@ -330,8 +330,8 @@ class OrderGradConfig(GRPOConfig):
     # ------------------------------------------------------------------------------------------ looked up in the plan
 
     def ordergrad_stages(self) -> list[ObjectiveStage]:
-        """The objective schedule as stages (one stage from step 0 when `ordergrad_schedule` is unset)."""
-        return [ObjectiveStage(s.start_step, s.objective, s.k) for s in self.ordergrad_plan.stages]
+        """The objective schedule as the plan's stages (one stage from step 0 when `ordergrad_schedule` is unset)."""
+        return list(self.ordergrad_plan.stages)
 
     def ordergrad_reward_specs(self) -> list[tuple[str, int]] | None:
         """`ordergrad_reward_objectives` as `(objective, K)` pairs, or `None` when unset."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..core.plan import ObjectivePlan, PlanStage
+from ..core.plan import ObjectivePlan, ObjectiveStage
 
 __all__ = ["RESOLVED_CONFIG", "SaveResolvedConfig", "describe_plan", "describe_settings", "resolved_config"]
 
@@ -47,7 +47,7 @@ def _fields(group) -> dict:
     return {f.name: getattr(group, f.name) for f in dataclasses.fields(group) if f.init}
 
 
-def _stage(stage: PlanStage) -> dict:
+def _stage(stage: ObjectiveStage) -> dict:
     return {"start_step": stage.start_step, "objective": stage.objective, "k": stage.k,
             "weights": stage.weights.tolist()}  # fmt: skip
 
@@ -78,7 +78,7 @@ def resolved_config(groups: dict[str, object], plan: ObjectivePlan | None = None
 
 def describe_plan(plan: ObjectivePlan, reward_names: list[str] | None = None) -> str:
     """`estimator ordergrad, N=8: from step 0 TopM:2 @ K=4 (weights 0, 0, 0.5, 0.5)`, one line per stage or spec."""
-    def line(stage: PlanStage) -> str:
+    def line(stage: ObjectiveStage) -> str:
         weights = ", ".join(f"{w:.4g}" for w in stage.weights.tolist())
         return f"{stage.objective} @ K={stage.k} (ascending weights {weights})"
 

@@ -22,8 +22,8 @@ Conventions shared by all of them:
   in their floating dtype (float64 for integer rewards, float32 on devices without float64).
 
 Use `get_estimator(name)` for the function, `bind_estimator(name, **params)` to fix its parameters and check them
-once. Trainers call each one alike, `ESTIMATORS[name](rewards, context)` with one shared `EstimatorContext` (as
-verl's estimators share one signature); the std of `scale_rewards` is `scale_advantages`, applied once after any
+once. Trainers call each one alike, `ESTIMATORS[name](rewards, stage)` with the plan's `ObjectiveStage` (its rank
+weights, K and the estimator's options; as verl's estimators share one signature); the std of `scale_rewards` is `scale_advantages`, applied once after any
 of them (TRL's GRPO is `grpo` then `scale_advantages(..., "group")`).
 """
 
@@ -33,8 +33,8 @@ from .best_of_k import maxk_tang, passk_chen, pkpo  # isort: skip
 from .likelihood import maxrl, maxrl_loo  # isort: skip
 from .registry import (
     ESTIMATORS,
+    NAN_RULES,
     Estimator,
-    EstimatorContext,
     bind_estimator,
     estimator_help,
     estimator_name,
@@ -46,9 +46,9 @@ from .registry import (
 
 __all__ = [
     "ESTIMATORS",
+    "NAN_RULES",
     "SCALES",
     "Estimator",
-    "EstimatorContext",
     "bind_estimator",
     "estimator_help",
     "estimator_name",

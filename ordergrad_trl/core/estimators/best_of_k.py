@@ -20,6 +20,10 @@ __all__ = ["maxk_tang", "passk_chen", "pkpo"]
     centered="no (>= 0)",
     source="Tang et al. 2025",
     summary="unbiased for best@k (E[max of k]), not centered; N a multiple of k",
+    min_group=lambda p: 2,  # in each chunk
+    nan="chunk",
+    unbiased=True,
+    target=lambda p, n: ("ReMax", p["k"] or n),
 )
 def maxk_tang(rewards: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
     """Leave-one-out max@k gradient of Tang et al. 2025 ("Optimizing language models for inference-time objectives
@@ -74,6 +78,9 @@ def _passk_table(n_max: int, k: int) -> torch.Tensor:
     source="Chen et al. 2025",
     summary="pass@k training, biased, centered, 0/1 rewards",
     binary=True,
+    min_group=lambda p: p["k"] + 1,  # n = k: pass@k of the one k-subset is 0 or 1, sigma 0, every advantage 0
+    unbiased=False,
+    target=lambda p, n: ("ReMax", p["k"]),
 )
 def passk_chen(rewards: torch.Tensor, *, k: int = 4) -> torch.Tensor:
     """Analytic Pass@k-training advantage of Chen et al. 2025 ("Pass@k Training for Adaptively Balancing
@@ -128,6 +135,9 @@ def _pkpo_table(n_max: int, k: int) -> torch.Tensor:
     centered="no (>= 0)",
     source="Walder & Karkhanis 2025",
     summary="unbiased for best@k (E[max of k]), not centered",
+    min_group=lambda p: p["k"],
+    unbiased=True,
+    target=lambda p, n: ("ReMax", p["k"]),
 )
 def pkpo(rewards: torch.Tensor, *, k: int = 4) -> torch.Tensor:
     """PKPO (Walder & Karkhanis 2025, "Pass@K Policy Optimization: Solving Harder Reinforcement Learning Problems",

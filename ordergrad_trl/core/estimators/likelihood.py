@@ -27,6 +27,9 @@ _CONTINUOUS = "for other rewards use ordergrad with objective='MaxRL:T' (the sam
     source="Tajwar, Zeng et al. 2026",
     summary="MaxRL, unbiased for sum_{k<N} pass@k/k, centered, 0/1 rewards",
     binary=True,
+    min_group=lambda p: 2,
+    unbiased=True,
+    target=lambda p, n: (f"MaxRL:{n - 1}", n - 1),
 )
 def maxrl(rewards: torch.Tensor) -> torch.Tensor:
     """MaxRL's advantage (arXiv:2602.02710): A_i = (r_i - mean r) / mean r over the group's n valid 0/1 rewards.
@@ -72,6 +75,9 @@ def _loo_weights(n: int, t: int) -> torch.Tensor:
     source="this package, on MaxRL's objective",
     summary="leave-one-out MaxRL, unbiased for sum_{j<=k} pass@j/j, 0/1 rewards",
     binary=True,
+    min_group=lambda p: max(2, p["k"] or 2),
+    unbiased=True,
+    target=lambda p, n: (f"MaxRL:{p['k'] or n}", p["k"] or n),
 )
 def maxrl_loo(rewards: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
     """Leave-one-out MaxRL: unbiased for grad J_T, J_T = sum_{j<=T} pass@j / j, at any T = k <= n.

@@ -20,9 +20,17 @@ __all__ = ["SCALES", "ordergrad", "grpo", "rloo", "rs_grpo", "scale_advantages"]
     centered="exactly",
     source="this package (OrderGrad)",
     summary="default; unbiased for any L-statistic objective, centered",
+    min_group=lambda p: p["k"] + 1,
+    unbiased=True,
+    target=lambda p, n: (p["objective"], p["k"]),
 )
-def ordergrad(rewards: torch.Tensor, *, objective: str = DEFAULT_OBJECTIVE, k: int = DEFAULT_K) -> torch.Tensor:
+def ordergrad(
+    rewards: torch.Tensor, *, objective: str | torch.Tensor = DEFAULT_OBJECTIVE, k: int = DEFAULT_K
+) -> torch.Tensor:
     """OrderGrad (Parmas et al. 2026): `K * lstat_advantage(rewards, rank_weights(objective, K))`.
+
+    `objective`: a preset or weights, any form `rank_weights` takes; called with a stage (`ESTIMATORS["ordergrad"]
+    (rewards, stage)`, how the trainers call it), it is the stage's `(K,)` weights, which are only checked here.
 
     J = E[sum_j w_j R_(j:K)] over K i.i.d. rewards. With S a uniform K-subset of the group,
     A_i = K (E[L(S) | i in S] - E[L(S) | S drawn from the other n-1]): unbiased for grad J, exactly centered, tied
@@ -67,6 +75,9 @@ def scale_advantages(advantages: torch.Tensor, rewards: torch.Tensor, scale: str
     centered="exactly",
     source="Shao et al. 2024; TRL 1.16",
     summary="TRL's GRPO with scale_rewards='group', centered",
+    min_group=lambda p: 2,
+    unbiased=False,
+    target=lambda p, n: ("Mean", 1),  # the expected reward, its std weighting aside
 )
 def grpo(rewards: torch.Tensor, *, scale: str = "none") -> torch.Tensor:
     """GRPO (Shao et al. 2024, DeepSeekMath), as TRL 1.16's `GRPOTrainer` computes it (`scale_rewards`).
@@ -92,6 +103,9 @@ def grpo(rewards: torch.Tensor, *, scale: str = "none") -> torch.Tensor:
     centered="exactly",
     source="Kool et al. 2019; Ahmadian et al. 2024",
     summary="unbiased for the mean, centered",
+    min_group=lambda p: 2,
+    unbiased=True,
+    target=lambda p, n: ("Mean", 1),
 )
 def rloo(rewards: torch.Tensor) -> torch.Tensor:
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024): A_i = r_i - mean of the other valid rewards of the group.
@@ -116,6 +130,8 @@ def rloo(rewards: torch.Tensor) -> torch.Tensor:
     centered="exactly",
     source="Jiang et al. 2025",
     summary="risk-seeking (beta > 0) or averse, biased, centered",
+    min_group=lambda p: 2,
+    unbiased=False,  # its objective, (1/beta) log E[exp(beta R)], is no L-statistic: no target
 )
 def rs_grpo(rewards: torch.Tensor, *, beta: float = 2.0) -> torch.Tensor:
     """Risk-sensitive GRPO advantage of Jiang et al. 2025 ("Risk-Sensitive RL for Alleviating Exploration Dilemmas

@@ -1,9 +1,11 @@
 """The one estimator registry: `@register_estimator(name, ...)` at each definition; every list is derived from it.
 
 An estimator is a function `fn(rewards (..., N), *, params...) -> advantages (..., N)`. Registering it records its
-keyword parameters and defaults (read from its signature), which of them the shared `EstimatorContext` fills
-(`objective`, `k`), and the facts the docs table and the config help show (formula, what it is unbiased for,
-centering, rewards it accepts, source). The config's `ordergrad_estimator` help, docs/estimators.md's table
+keyword parameters and defaults (read from its signature), which of them the objective stage fills
+(`objective` gets the stage's rank weights, `k` its K), and the facts the docs table and the config help show (formula, what it is unbiased for,
+centering, rewards it accepts, source) and its contract: the fewest valid rewards a group needs (`min_group`), what
+NaN rewards do (`nan`, a key of `NAN_RULES`), whether it is unbiased (`unbiased`) and for which L-statistic
+(`target`). The config's `ordergrad_estimator` help, docs/estimators.md's table
 (`estimator_table()`), the plan's checks, the verl adapter and the tests all iterate `ESTIMATORS`.
 """
 
@@ -13,19 +15,19 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import torch
 
 from ..advantage import _float64_device, _out_dtype
-from ..objectives import DEFAULT_K, DEFAULT_OBJECTIVE
+from ..schedule import ObjectiveStage
 
 __all__ = [
     "ESTIMATORS",
+    "NAN_RULES",
     "Estimator",
-    "EstimatorContext",
     "bind_estimator",
     "estimator_help",
     "estimator_name",
@@ -35,16 +37,16 @@ __all__ = [
     "register_estimator",
 ]
 
-CONTEXT_PARAMS = ("objective", "k")  # keyword parameters the shared context fills, in this order
+# What a NaN reward (an unscorable rollout) does, by the name an estimator's registry row declares (`nan=`)
+NAN_RULES = {
+    "drop": "its advantage is 0 and it is left out: the rest of the group is computed as a group of its own size",
+    "chunk": "its advantage is 0 and it is left out of its chunk's statistics; each chunk keeps its size k (the "
+             "factor k)",
+}
 
-
-@dataclass(frozen=True)
-class EstimatorContext:
-    """Everything an estimator is called with besides the rewards: one signature for all of them."""
-
-    objective: str = DEFAULT_OBJECTIVE  # the L-statistic objective (read by the estimators that take `objective`)
-    k: int = DEFAULT_K  # K, the rollouts the objective is defined over (read by those that take `k`)
-    options: Mapping[str, Any] = field(default_factory=dict)  # the estimator's own, e.g. {"beta": 2.0}
+# keyword parameter -> the `ObjectiveStage` attribute that fills it: an estimator taking `objective` is handed the
+# stage's rank weights (derived once, when the stage was built), never the string to parse again
+STAGE_FILLS = {"objective": "weights", "k": "k"}
 
 
 @dataclass(frozen=True)
@@ -55,27 +57,42 @@ class Estimator:
     name: str
     fn: Callable[..., torch.Tensor]
     params: Mapping[str, Any]
-    reads: tuple[str, ...]
+    reads: tuple[str, ...]  # the parameters the stage fills (`STAGE_FILLS`)
     advantage: str  # A_i for a group of n valid rewards, as the docs table shows it
     unbiased_for: str  # the gradient it estimates without bias ("nothing (...)" for a biased one)
     centered: str  # "exactly" or "no (>= 0)", ...
     binary: bool  # True: rewards must be 0/1 (NaN allowed); others are refused by name
     source: str  # paper(s)
     summary: str  # a few words for the config help
+    # the contract (tests/test_estimators_contract.py and test_estimators_unbiased.py read it; None: not declared)
+    min_group: Callable[[Mapping[str, Any]], int] | None = None  # params -> fewest valid rewards with advantages
+    nan: str = "drop"  # a key of NAN_RULES
+    unbiased: bool | None = None  # whether E[(1/N) sum_i A_i grad log p(x_i)] = grad J of `target`, at every N
+    target: Callable[[Mapping[str, Any], int], tuple[str, int]] | None = None  # (params, N) -> (objective, K)
+
+    def group_minimum(self, **params) -> int:
+        """The fewest valid (non-NaN) rewards a group needs: a group with fewer gets all 0, and a call whose group
+        width N is below it raises `ValueError` or gives all 0."""
+        return self.min_group({**self.params, **params})
+
+    def targets(self, n: int, **params) -> tuple[str, int] | None:
+        """The L-statistic `(objective, K)` it estimates the gradient of on groups of `n` rollouts with `params`
+        (None: none; without bias only if `unbiased`): what the comparison tools evaluate each arm on."""
+        return None if self.target is None else self.target({**self.params, **params}, n)
 
     @property
     def options(self) -> dict[str, Any]:
         """Its own parameters (not filled by the context), with defaults."""
         return {name: value for name, value in self.params.items() if name not in self.reads}
 
-    def __call__(self, rewards: torch.Tensor, context: EstimatorContext | None = None, **params) -> torch.Tensor:
-        """`(..., N)` rewards -> `(..., N)` advantages: with a context (how trainers call every estimator alike), or
-        with keyword parameters as the function itself takes them."""
-        if context is None:
+    def __call__(self, rewards: torch.Tensor, stage: ObjectiveStage | None = None, **params) -> torch.Tensor:
+        """`(..., N)` rewards -> `(..., N)` advantages: with an `ObjectiveStage` (how trainers call every estimator
+        alike: its weights, K and options), or with keyword parameters as the function itself takes them."""
+        if stage is None:
             return self.fn(rewards, **params)
         if params:
-            raise TypeError(f"{self.name}: pass either a context or keyword parameters, not both")
-        return self.fn(rewards, **{name: getattr(context, name) for name in self.reads}, **context.options)
+            raise TypeError(f"{self.name}: pass either a stage or keyword parameters, not both")
+        return self.fn(rewards, **{name: getattr(stage, STAGE_FILLS[name]) for name in self.reads}, **stage.options)
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -91,14 +108,23 @@ def register_estimator(
     source: str = "",
     summary: str = "",
     binary: bool = False,
+    min_group: Callable[[Mapping[str, Any]], int] | None = None,
+    nan: str = "drop",
+    unbiased: bool | None = None,
+    target: Callable[[Mapping[str, Any], int], tuple[str, int]] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator registering `fn` under `name` (lower case); a name registered by another function raises.
 
-    The keyword facts fill the docs table and the config help (the package's own estimators give them all, which
-    tests/test_estimators_contract.py checks); `binary=True` marks an estimator that refuses rewards other than 0/1.
+    The keyword facts fill the docs table and the config help; `binary=True` marks an estimator that refuses rewards
+    other than 0/1. The contract: `min_group(params)` the fewest valid rewards a group needs (fewer: all 0),
+    `nan` what a NaN reward does (`NAN_RULES`), `unbiased` and `target(params, N)`, the L-statistic
+    `(objective, K)` whose gradient it estimates. The package's own estimators give them all, and the shared tests
+    check each claim (tests/test_estimators_contract.py, test_estimators_unbiased.py).
     """
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise ValueError(f"estimator names are lower-case identifiers, got {name!r}")
+    if nan not in NAN_RULES:
+        raise ValueError(f"estimator {name!r}: nan must be one of {', '.join(NAN_RULES)}, got {nan!r}")
 
     def register(fn: Callable) -> Callable:
         taken = _REGISTRY.get(name)
@@ -111,9 +137,9 @@ def register_estimator(
         params = {p.name: p.default for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
         if any(value is inspect.Parameter.empty for value in params.values()):
             raise ValueError(f"estimator {name!r}: every keyword-only parameter needs a default")
-        reads = tuple(p for p in CONTEXT_PARAMS if p in params)
+        reads = tuple(p for p in STAGE_FILLS if p in params)
         _REGISTRY[name] = Estimator(name, fn, MappingProxyType(params), reads, advantage, unbiased_for, centered,
-                                    binary, source, summary)  # fmt: skip
+                                    binary, source, summary, min_group, nan, unbiased, target)  # fmt: skip
         return fn
 
     return register
