@@ -52,8 +52,10 @@ def test_loader_serves_each_split_and_refuses_others():
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"n_train": -1}, "n_train must be a non-negative int, got -1"),
-    ({"n_validation": 1.5}, "n_validation must be a non-negative int, got 1.5"),
+    ({"n_train": -1}, "n_train must be a positive int, got -1"),
+    ({"n_test": 0}, "n_test must be a positive int, got 0"),
+    ({"n_validation": 1.5}, "n_validation must be a positive int, got 1.5"),
+    ({"seed": -1}, "seed must be a non-negative int, got -1"),
     ({"seed": True}, "seed must be a non-negative int, got True"),
     ({"n_train": 15_500}, "n_train \\+ n_validation \\+ n_test must be at most 15552"),
 ])

@@ -41,9 +41,9 @@ def _keys() -> list[tuple[int, str, int, str, int]]:
 
 def _split(n_train: int, n_validation: int, n_test: int, seed: int) -> dict[str, list]:
     sizes = {"n_train": n_train, "n_validation": n_validation, "n_test": n_test, "seed": seed}
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    for name, value in sizes.items():  # every split holds a problem: an empty split is no data set to train or score
+        if not isinstance(value, int) or isinstance(value, bool) or value < (name != "seed"):
+            raise ValueError(f"{name} must be a {'non-negative' if name == 'seed' else 'positive'} int, got {value!r}")
     keys = _keys()
     if n_train + n_validation + n_test > len(keys):
         raise ValueError(f"n_train + n_validation + n_test must be at most {len(keys)} (the distinct problems), "
