@@ -1,6 +1,6 @@
-"""The pre-registered crossover on `chains` (Max@2 vs Max@8 at their own k) and CurveRL vs MaxRL, reported on its own.
+"""The pre-registered crossover on `digits20` (Max@2 vs Max@8 at their own k) and CurveRL vs MaxRL, reported on its own.
 
-Its plan: docs/results.md, "Pre-registration: the crossover on chains, and CurveRL against MaxRL".
+Its plan: docs/results.md, "Pre-registration: the crossover on digits20, and CurveRL against MaxRL".
 
     python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_crossover
 
@@ -126,7 +126,7 @@ def readme_sentence(r: dict) -> str:
     n = next(iter(r["tests"].values()))["n"]
     c = [_clause(name, r["tests"][name]) for name, *_ in ENDPOINTS]
     shown = "shown" if r["crossover_shown"] else "not shown"
-    return (f"In a pre-registered study on the harder `chains` task ({n} fresh seeds), the crossover was {shown}: "
+    return (f"In a pre-registered study on the harder `digits20` task ({n} fresh seeds), the crossover was {shown}: "
             f"{c[0]}; {c[1]}. Against MaxRL, {c[2]}.")
 
 

@@ -64,7 +64,7 @@ CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
 ASSETS = REPO / "studies" / "assets" / "compare_objectives"
 REPLICATION = REPO / "studies" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
 HEADTOHEAD = REPO / "studies" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
-CROSSOVER = REPO / "studies" / "assets" / "compare_crossover"  # chains: max2 / max8 / maxrl / curverl, pre-registered
+CROSSOVER = REPO / "studies" / "assets" / "compare_crossover"  # digits20: max2 / max8 / maxrl / curverl, pre-registered
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
     "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],

@@ -45,7 +45,7 @@ def test_every_set_names_its_source():
             assert spec.question(spec.example) and spec.gold(spec.example) == "5", spec.name
             assert spec.solution is None or spec.solution(spec.example), spec.name
         assert spec.sources and all(isinstance(s, (HubSource, LocalFile, Generated)) for s in spec.sources)
-    assert {n for n, s in MATH_SETS.items() if s.generator} == {"arithmetic", "digits", "chains"}
+    assert {n for n, s in MATH_SETS.items() if s.generator} == {"arithmetic", "digits", "digits20", "chains"}
     with pytest.raises(ValueError, match="'x': a generated set has no Hub id or local file"):
         MathSetSpec(name="x", question=GENERIC_SPEC.question, gold=GENERIC_SPEC.gold, hub=HubSource("a/b"),
                     generator=MATH_SETS["digits"].generator)

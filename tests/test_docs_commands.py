@@ -230,10 +230,10 @@ def check_frontier(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
 
 
 def check_calibration(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
-    """The chains calibration rebuilt from the committed validation units into tmp_path: equal to the committed one."""
-    run([sys.executable, *absolute(cmd.argv[1:]), "--out", str(tmp_path / "chains_calibration")], tmp_path)
-    committed = (REPO / "studies" / "assets" / "chains_calibration.md").read_text()
-    assert (tmp_path / "chains_calibration.md").read_text() == committed, "stale: python studies/chains_calibration.py"
+    """The digits20 calibration rebuilt from the committed validation units into tmp_path: equal to the committed one."""
+    run([sys.executable, *absolute(cmd.argv[1:]), "--out", str(tmp_path / "digits20_calibration")], tmp_path)
+    committed = (REPO / "studies" / "assets" / "digits20_calibration.md").read_text()
+    assert (tmp_path / "digits20_calibration.md").read_text() == committed, "stale: python studies/task_calibration.py"
 
 
 HANDLERS = [
@@ -251,7 +251,7 @@ HANDLERS = [
      r"( --assets_dir studies/assets/compare_objectives_(replication|headtohead))?$", check_summarize),
     (r"python studies/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
     (r"python studies/objective_frontier\.py$", check_frontier),
-    (r"python studies/chains_calibration\.py$", check_calibration),
+    (r"python studies/task_calibration\.py$", check_calibration),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
     (r"python benchmarks/prompt_weight_speed\.py$", check_script(["--repeats", "3", "--quick"], r"curverl / none")),

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from ordergrad_trl.tasks.chains import chains_dataset
+from ordergrad_trl.tasks.arithmetic_splits import chains_dataset, digits20_dataset
 from ordergrad_trl.tasks.data import load_math_dataset
 from ordergrad_trl.tasks.rewards import score_completions
 
 
 def _problems():
     rows = [(r["question"], r["answer"]) for r in chains_dataset(n_train=1)["validation"]]
+    rows += [(r["question"], r["answer"]) for r in digits20_dataset(n_train=1)["validation"]]
     rows += [(r["question"], r["answer"]) for r in load_math_dataset("digits", split="test")]
     return [(q.removeprefix("What is ").removesuffix("?"), a) for q, a in rows]
 
 
-PROBLEMS = _problems()  # (expression, its integer answer), 400 problems
+PROBLEMS = _problems()  # (expression, its integer answer), 600 problems
 
 
 @pytest.mark.parametrize("template", [

@@ -155,7 +155,7 @@ def load_math_dataset(
         data_dir: directory of the local files; defaults to `shared_data_dir()`.
         system_prompt: optional system message; None (default) sends only the user message.
         user_template: user message with a `{question}` placeholder; None (default) is `DEFAULT_USER_TEMPLATE`,
-            except for `digits` and `chains`, whose default is the bare question.
+            except for `digits`, `digits20` and `chains`, whose default is the bare question.
         keep_metadata: keep the set's metadata columns (e.g. MATH-500 `subject`, `level`).
         keep_solution: add a `solution` column with the reference solution (sets in `REFERENCE_SOLUTION_SETS`).
         drop_unanswerable: skip rows without an extractable question or gold instead of raising ValueError (a

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from .arithmetic import ARITHMETIC_SPEC, DIGITS_SPEC
-from .chains import CHAINS_SPEC
+from .arithmetic_splits import CHAINS_SPEC, DIGITS20_SPEC
 from .prompts import last_boxed
 from .spec import (
     Generated,
@@ -143,6 +143,7 @@ _SPECS = (
     ),
     ARITHMETIC_SPEC,
     DIGITS_SPEC,
+    DIGITS20_SPEC,
     CHAINS_SPEC,
 )
 

@@ -1,4 +1,4 @@
-"""studies/chains_calibration.py: base pass@k from closed forms, the pilot's gain against a hand-computed paired
+"""studies/task_calibration.py: base pass@k from closed forms, the pilot's gain against a hand-computed paired
 bootstrap's point estimate and scipy's t interval, the seeds-per-arm rule against scipy's noncentral t, and the
 refusal of any unit not evaluated on the validation split."""
 
@@ -14,7 +14,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "studies"))
 
-import chains_calibration as cal  # noqa: E402
+import task_calibration as cal  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 40
@@ -25,7 +25,7 @@ def _unit(name: str, correct: list[int], split: str = "validation", steps: int =
     return {"unit": name, "arm": arm, "seed": seed, "commit": "abc1234" * 3, "num_samples": N,
             "eval_backend": "vllm", "train_flags": None if arm == "base" else ["--ordergrad_objective", "Mean"],
             "config": {"max_steps": steps}, "train_wall_s": 1.0, "eval_wall_s": 2.0,
-            "eval_args": ["--datasets", "chains", "--split", split, "--temperature", "0.7", "--max_new_tokens", "32"],
+            "eval_args": ["--datasets", "digits20", "--split", split, "--temperature", "0.7", "--max_new_tokens", "32"],
             "eval": {"problem_ids": [f"p{i}" for i in range(P)], "correct": correct, "scored": [N] * P}}
 
 
@@ -46,7 +46,7 @@ def test_base_pass_at_k_histogram_and_pilot_gain(tmp_path):
              for s in range(3)}
     _write(tmp_path, {"base": base, **pilot})
     r = cal.calibrate(tmp_path, bootstrap=500)
-    assert r["task"] == "chains" and r["num_problems"] == P and r["num_samples"] == N
+    assert r["task"] == "digits20" and r["num_problems"] == P and r["num_samples"] == N
     for k in (1, 2, 8, 16):  # closed form: 1 - C(n-c, k) / C(n, k), averaged over problems
         assert r["base_pass_at_k"][str(k)] == pytest.approx(sum(_pass_at_k(c, k) for c in base) / P, abs=1e-12)
     assert r["base_success_histogram"] == [base.count(c) for c in range(N + 1)]
@@ -81,18 +81,18 @@ def test_seeds_per_arm_gives_about_the_planned_power_by_scipys_noncentral_t(sd):
 
 def test_units_evaluated_on_test_are_refused(tmp_path):
     _write(tmp_path, {"base": [1] * P}, split="test")
-    with pytest.raises(ValueError, match="evaluated on \\('chains', 'test'\\), not \\('chains', 'validation'\\)"):
+    with pytest.raises(ValueError, match="evaluated on \\('digits20', 'test'\\), not \\('digits20', 'validation'\\)"):
         cal.calibrate(tmp_path)
-    out = subprocess.run([sys.executable, str(REPO / "studies" / "chains_calibration.py"), "--units_dir", str(tmp_path),
+    out = subprocess.run([sys.executable, str(REPO / "studies" / "task_calibration.py"), "--units_dir", str(tmp_path),
                           "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "validation units only" in out.stderr
 
 
 def test_the_committed_report_is_what_its_units_give():
-    units = REPO / "studies" / "assets" / "chains_pilot"
+    units = REPO / "studies" / "assets" / "digits20_pilot"
     if not units.is_dir():
         pytest.skip("the calibration units are not committed yet")
-    committed = json.loads((REPO / "studies" / "assets" / "chains_calibration.json").read_text())
+    committed = json.loads((REPO / "studies" / "assets" / "digits20_calibration.json").read_text())
     assert committed == json.loads(json.dumps(cal.calibrate(units)))
     # issue 48's targets, "about 10-25%" at pass@1 and 40-60% at pass@8: each interval over problems meets its range
     ci = committed["base_pass_at_k_ci"]

@@ -1,15 +1,15 @@
-"""Calibration report of the `chains` task, on its validation split only: base pass@k and an RLOO learnability pilot.
+"""Calibration report of a built-in task on its validation split only: base pass@k and an RLOO learnability pilot.
 
 The units are those of the comparison driver, evaluated on validation (`--eval_split validation`): the base model
 and RLOO (`Mean` at K=1) at pilot seeds 0-2, with the comparison's own budget (8 steps x 4 prompts x 16 rollouts,
-`recipes/configs/compare_chains.yaml`). The report refuses any unit evaluated on another split or task: a budget
+`recipes/configs/compare_digits20.yaml`). The report refuses any unit evaluated on another split or task: a budget
 or a task is tuned on validation problems, never on test ones.
 
-    python studies/compare_objectives.py --config recipes/configs/compare_chains.yaml --eval_split validation \\
-        --assets_dir studies/assets/chains_pilot --arms rloo --seeds 0 1 2       # the units (about 35 min, 2 cores)
-    python studies/chains_calibration.py                                          # the report, from those units
+    python studies/compare_objectives.py --config recipes/configs/compare_digits20.yaml --eval_split validation \\
+        --assets_dir studies/assets/digits20_pilot --arms rloo --seeds 0 1 2     # the units (about 35 min, 2 cores)
+    python studies/task_calibration.py                                            # the report, from those units
 
-It writes `studies/assets/chains_calibration.{json,md}`: the base model's pass@k on validation (`base_pass_at_k`,
+It writes `studies/assets/<task>_calibration.{json,md}`: the base model's pass@k on validation (`base_pass_at_k`,
 keyed by k, with the numbers of problems and samples), how its per-problem success spreads over (0, 1), the
 pilot's pass@1 gain over the base model (per seed, with a paired bootstrap over problems; and over seeds, a t
 interval), and each pass@k's seed SD, from which the crossover study's seeds per arm are computed.
@@ -31,9 +31,7 @@ from compare_summary import check_counts, curves, load_units  # noqa: E402
 from ordergrad_trl.core.stats import bootstrap_ci, detectable_effect, seed_t_test  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-UNITS = HERE / "assets" / "chains_pilot"
-OUT = HERE / "assets" / "chains_calibration"
-TASK, SPLIT, PILOT_ARM = "chains", "validation", "rloo"
+TASK, SPLIT, PILOT_ARM = "digits20", "validation", "rloo"
 KS = (1, 2, 4, 8, 16)
 POWER_EFFECT, POWER, FAMILY_ALPHA, PRIMARIES, MAX_SEEDS = 0.04, 0.8, 0.05, 3, 20
 
@@ -43,10 +41,10 @@ def _flag(unit: dict, name: str) -> str | None:
     return args[args.index(name) + 1] if name in args and args.index(name) + 1 < len(args) else None
 
 
-def _check(unit: dict) -> None:
+def _check(unit: dict, task: str) -> None:
     where = (_flag(unit, "--datasets"), _flag(unit, "--split"))
-    if where != (TASK, SPLIT):
-        raise ValueError(f"unit {unit.get('unit')!r} was evaluated on {where}, not ({TASK!r}, {SPLIT!r}): the "
+    if where != (task, SPLIT):
+        raise ValueError(f"unit {unit.get('unit')!r} was evaluated on {where}, not ({task!r}, {SPLIT!r}): the "
                          "calibration reads validation units only")
 
 
@@ -60,12 +58,12 @@ def seeds_per_arm(sd_diff: float) -> int | None:
     return None
 
 
-def calibrate(units_dir: Path, bootstrap: int = 10_000) -> dict:
+def calibrate(units_dir: Path, task: str = TASK, bootstrap: int = 10_000) -> dict:
     units = load_units(units_dir)
     if "base" not in units:
         raise ValueError(f"no base unit in {units_dir}: run the driver's command in this file's docstring first")
     for unit in units.values():
-        _check(unit)
+        _check(unit, task)
         check_counts(unit)
     base = units["base"]
     n = base["num_samples"]
@@ -74,7 +72,7 @@ def calibrate(units_dir: Path, bootstrap: int = 10_000) -> dict:
     base_curves = curves(counts, n)["pass@k"]  # (P, n)
     pilot = sorted((u for u in units.values() if u.get("arm") == PILOT_ARM), key=lambda u: u["seed"])
     report = {
-        "task": TASK, "split": SPLIT,
+        "task": task, "split": SPLIT,
         "num_problems": len(ids), "num_samples": n, "temperature": float(_flag(base, "--temperature")),
         "max_new_tokens": int(_flag(base, "--max_new_tokens")), "eval_backend": base["eval_backend"],
         "base_pass_at_k": {str(k): base_curves[:, k - 1].mean().item() for k in range(1, n + 1)},
@@ -124,7 +122,8 @@ def markdown(r: dict) -> str:
     lines = [f"# Calibration of `{r['task']}` on its {r['split']} split", "",
              f"Base model, {r['num_problems']} validation problems x {n} samples at T = {r['temperature']}, "
              f"{r['max_new_tokens']} new tokens, {r['eval_backend']} backend (commit {r['commit'][:7]}). Rebuilt by "
-             "`python studies/chains_calibration.py` from the units in `studies/assets/chains_pilot/`.", "",
+             f"`python studies/task_calibration.py --task {r['task']}` from the units in "
+             f"`studies/assets/{r['task']}_pilot/`.", "",
              "| k | " + " | ".join(str(k) for k in KS) + " |", "|---" * (len(KS) + 1) + "|",
              "| base pass@k (%) | " + " | ".join(_pct(r["base_pass_at_k"][str(k)]) for k in KS) + " |",
              "| 95% CI over problems | " + " | ".join("[" + ", ".join(_pct(x) for x in r["base_pass_at_k_ci"][str(k)])
@@ -160,14 +159,17 @@ def markdown(r: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--units_dir", default=str(UNITS), help="the validation units (base and the pilot's)")
-    parser.add_argument("--out", default=str(OUT), help="report path without extension (.json and .md are written)")
+    parser.add_argument("--task", default=TASK, help="the built-in set the units were evaluated on")
+    parser.add_argument("--units_dir", default=None, help="the validation units (default: assets/<task>_pilot)")
+    parser.add_argument("--out", default=None,
+                        help="report path without extension, .json and .md (default: assets/<task>_calibration)")
     args = parser.parse_args()
+    units = Path(args.units_dir or HERE / "assets" / f"{args.task}_pilot")
     try:
-        report = calibrate(Path(args.units_dir))
+        report = calibrate(units, args.task)
     except ValueError as err:
         parser.exit(2, f"{parser.prog}: error: {err}\n")
-    out = Path(args.out)
+    out = Path(args.out or HERE / "assets" / f"{args.task}_calibration")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(report))
