@@ -8,8 +8,8 @@
 
 The same as `ordergrad-eval run ...` (the console script; stages `run`, `generate`, `score`, `report`).
 Modules: `plan` (arguments, data, provenance, what is pending) feeds `sampling` / `parallel` (backends, the
-worker loop); `score`, `report` (with `metrics`, `render`) read the run's `records` (files laid out by
-`layout`, written through `safe_io`). See docs/evaluation.md.
+worker loop); `score`, `report` (with `report_plan`, `metrics`, `metric_inputs`, `render`) read the run's
+`records` (files laid out by `layout`, written through `safe_io`). See docs/evaluation.md.
 """
 
 import importlib

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..tasks.sets import MATH_SETS
 from .errors import UsageError
+from .layout import REWARD_FIELDS
 
 __all__ = [
     "BACKENDS",
@@ -167,8 +168,8 @@ class ReportArgs:
     reward_weights: str = field(
         default="correct=1",
         metadata={"help": "Reward for best@k / worst@k / CVaR / objectives: weighted sum of score fields, e.g. "
-                          "'correct=1,format=0.2' (fields: correct, format); each weight 0 or of magnitude in "
-                          f"[{1 / MAX_REWARD_WEIGHT:g}, {MAX_REWARD_WEIGHT:g}], not all 0."},
+                          f"'correct=1,format=0.2' (fields: {', '.join(REWARD_FIELDS)}); each weight 0 or of magnitude "
+                          f"in [{1 / MAX_REWARD_WEIGHT:g}, {MAX_REWARD_WEIGHT:g}], not all 0."},
     )
     cvar_q: float = field(default=0.25, metadata=_h("cvar_q", "q of cvar<q>@k: mean of the ceil(q k) worst of k."))
     objectives: list[str] = field(
@@ -231,7 +232,8 @@ def check_types(args, where: str = "") -> None:
 
 def check_bounds(args, where: str = "") -> None:
     """UsageError naming `--flag`, its bounds and the value, for the first value outside `BOUNDS` (and the
-    worker count, temperature and reward weights, whose bounds are not a plain range)."""
+    worker count and temperature, whose bounds are not a plain range; the report's weights and objectives are
+    bounded where they are parsed, `report_plan`)."""
     for f in dataclasses.fields(args):
         value = getattr(args, f.name)
         if f.name not in BOUNDS or value is None:
@@ -251,30 +253,6 @@ def check_bounds(args, where: str = "") -> None:
             check_workers(args.reward_workers, "--reward_workers")
         except ValueError as err:
             raise UsageError(f"{where}{err}") from None
-    if isinstance(getattr(args, "reward_weights", None), str):
-        _check_reward_weights(args.reward_weights, where)
-    low, high = BOUNDS["ks"]
-    for spec in getattr(args, "objectives", None) or []:  # `Preset@K`: K bounded like --ks (its weights are K long)
-        k = spec.rpartition("@")[2].strip() if isinstance(spec, str) and "@" in spec else ""
-        if k.isascii() and k.isdigit() and not low <= int(k) <= high:
-            raise UsageError(f"{where}--objectives {spec!r}: K must be in [{low:g}, {high:g}], got {k}")
-
-
-def _check_reward_weights(text: str, where: str) -> None:
-    """Bounds of the weights of `--reward_weights` (its syntax is checked by `report.parse_reward_weights`)."""
-    weights = []
-    for part in text.split(","):
-        name, _, value = part.partition("=")
-        try:
-            weights.append((name.strip(), float(value)))
-        except ValueError:
-            continue
-    for name, w in weights:
-        if math.isfinite(w) and w != 0 and not 1 / MAX_REWARD_WEIGHT <= abs(w) <= MAX_REWARD_WEIGHT:
-            raise UsageError(f"{where}--reward_weights: the weight of {name} must be 0 or of magnitude in "
-                             f"[{1 / MAX_REWARD_WEIGHT:g}, {MAX_REWARD_WEIGHT:g}], got {w!r} (in {text!r})")
-    if weights and all(w == 0 for _, w in weights):
-        raise UsageError(f"{where}--reward_weights: every weight is 0, so every reward would be 0 (in {text!r})")
 
 
 def validate_generate(args: GenerateArgs) -> None:

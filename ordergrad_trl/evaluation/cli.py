@@ -25,6 +25,7 @@ from .args import (
     check_value,
 )
 from .errors import UsageError
+from .report_plan import plan_report
 
 __all__ = ["STAGES", "command", "main", "parse_stage_args", "stage_main"]
 
@@ -52,7 +53,8 @@ def _load_config(path: str) -> dict:
 
 
 def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
-    """The stage's argument instances from `argv` (and its `--config` file); UsageError on any bad input."""
+    """The stage's argument instances from `argv` (and its `--config` file), the report's as its `ReportPlan`;
+    UsageError on any bad input."""
     from trl import TrlParser
 
     class Parser(TrlParser):
@@ -85,8 +87,9 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
     *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}; see {prog} --help")
-    for obj in parsed:  # the config's values are checked above: what fails here came from the command line
-        check_types(obj)
+    # the config's values are checked above: what fails here came from the command line; the report's flags are
+    # parsed once, here, into the plan every later stage reads
+    parsed = [plan_report(obj) if isinstance(obj, ReportArgs) else check_types(obj) or obj for obj in parsed]
     if any(isinstance(obj, ScoreArgs) for obj in parsed):  # the scorer's environment, before any work
         check_reward_env()
     return tuple(parsed)

@@ -71,6 +71,7 @@ _ID = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 _SAMPLE = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
 _U32 = (lambda v: _is_int(v) and 0 <= v < 1 << 32, "an integer checksum in [0, 2^32)")
 STATUSES = ("ok", "timeout", "unscorable")
+REWARD_FIELDS = ("correct", "format")  # the numeric fields of a score row that `--reward_weights` can weigh
 SCHEMAS: dict[str, dict] = {
     "problems": {"id": _ID, "answer": (lambda v: isinstance(v, str), "a string (the gold answer)"),
                  "question": (lambda v: v is None or isinstance(v, str), "a string or null"), "check": _U32},

@@ -34,6 +34,8 @@ import torch
 from ordergrad_trl import lstat_value, rank_weights
 from ordergrad_trl.core.stats import bootstrap_ci  # re-exported: the CI of every eval report
 
+from .metric_inputs import INPUTS
+
 __all__ = [
     "METRICS",
     "Metric",
@@ -237,7 +239,6 @@ def _binom_table(n: int, exact: bool) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- the metric table
 PLACES = ("table", "breakdown", "plot")  # report.md's table over k (or of single values), per-group tables, passk.png
-INPUTS = ("correct", "reward")  # what a metric scores: 0/1 correctness or the --reward_weights reward
 # How a value is shown: "probability" always in %; "reward" in % only when every reward is 0 or 1 (a rate then);
 # "raw" as computed (a length, a count).
 UNITS = ("probability", "reward", "raw")
@@ -286,8 +287,9 @@ METRICS: Mapping[str, Metric] = MappingProxyType(_METRICS)
 
 def register_metric(name: str, **fields) -> Callable:
     """Decorator: `fn(inputs, k, config) -> (P,)` becomes the metric `name` (fields: those of `Metric`). `inputs`
-    holds `(P, n)` tensors `correct`, `reward` (NaN = missing) and `labels` (answer classes, -1 = no answer);
-    `config` is the report's settings (`ReportArgs` as a dict)."""
+    holds the `(P, n)` tensor its `on` names, `correct` or `reward` (NaN = missing), and `labels` (answer classes,
+    -1 = no answer): reading the other is an error (`metric_inputs.compute_metric`); `config` is the report's
+    settings (`ReportArgs` as a dict)."""
     unknown = set(fields.get("shows", ())) - set(PLACES)
     if unknown:
         raise ValueError(f"metric {name!r}: unknown places {sorted(unknown)}; valid: {', '.join(PLACES)}")

@@ -59,8 +59,8 @@ def render_markdown(report: dict, binary_reward: bool) -> str:
                else "")
             + (f", {ds['samples_timed_out']} samples timed out in math-verify (scored 0, or unscorable where the "
                "gold's parse did; raise --reward_timeout_s)" if ds.get("samples_timed_out") else "")
-            + (f"; mean completion {tokens:.0f} tokens, {100 * ds['truncated_fraction']:.0f}% truncated"
-               if tokens is not None else "") + ".", "",
+            + (f"; mean completion tokens {tokens:.1f} (over all samples), {100 * ds['truncated_fraction']:.0f}% "
+               "truncated at max_new_tokens" if tokens is not None else "") + ".", "",
             "| metric | " + " | ".join(f"k={k}" for k in ks) + " |",
             "|---|" + "---|" * len(ks),
         ]

@@ -18,61 +18,25 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import torch
 
 from . import layout, metrics, records, safe_io
-from .args import PathArgs, ReportArgs, check_types
+from .args import PathArgs, ReportArgs
 from .errors import UsageError
+from .metric_inputs import MetricInputs, compute_metric
 from .provenance import read_provenance
 from .render import plot, render_markdown
+from .report_plan import ObjectiveSpec, ReportPlan, RewardWeights, as_plan
 from .verify import check_run
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_args", "default_ks", "parse_objective", "parse_reward_weights", "report"]
+__all__ = ["default_ks", "report"]
 
 CORRECT_LABEL = "\x00correct"  # every sample math-verify scored correct votes for the gold
-
-
-# ------------------------------------------------------------------------------------------------ parsing
-def parse_reward_weights(text: str) -> dict[str, float]:
-    out = {}
-    for part in text.split(","):
-        name, sep, value = part.partition("=")
-        name = name.strip()
-        if not sep or name not in ("correct", "format"):
-            raise UsageError(f"--reward_weights must look like 'correct=1,format=0.2' (fields: correct, format), "
-                             f"got {text!r}")
-        if name in out:
-            raise UsageError(f"--reward_weights gives {name} twice (in {text!r})")
-        try:
-            out[name] = float(value)
-        except ValueError:
-            raise UsageError(f"--reward_weights: {value!r} is not a number (in {text!r})") from None
-        if not math.isfinite(out[name]):
-            raise UsageError(f"--reward_weights: the weight of {name} must be a finite number, got {value.strip()!r}")
-    return out
-
-
-def parse_objective(spec: str) -> tuple[str, int]:
-    """'TopM:2@4' -> ('TopM:2', 4) with the library's one `OBJECTIVE@K` parser; comma-separated weights may omit
-    '@K' (K = their number). Validated with rank_weights, whose error lists the valid presets."""
-    from ordergrad_trl import rank_weights
-    from ordergrad_trl.core.schedule import parse_objective_at_k
-
-    default_k = len(spec.split(",")) if "@" not in spec and "," in spec else None
-    try:
-        obj, k = parse_objective_at_k(spec, default_k=default_k, field_name="--objectives")
-    except ValueError as err:  # names the flag and the form
-        raise UsageError(str(err)) from None
-    try:
-        rank_weights(obj, k)
-    except ValueError as err:  # names the valid presets
-        raise UsageError(f"--objectives {spec!r}: {err}") from None
-    return obj, k
 
 
 def default_ks(n: int) -> list[int]:
@@ -81,8 +45,9 @@ def default_ks(n: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------ loading
-def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
-    """Problems, and `(P, n)` tensors correct / reward (NaN = missing or unscorable) and answer labels."""
+def load_matrices(dataset_dir: Path, reward: RewardWeights) -> dict:
+    """Problems, the `(P, n)` metric inputs (correct / reward, NaN = missing or unscorable; answer labels) and the
+    counts the report states."""
     problems = records.read_jsonl(dataset_dir / "problems.jsonl")
     scores = {(r["id"], int(r["sample"])): r for r in records.read_jsonl(dataset_dir / "scores.jsonl")}
     samples = records.read_samples(dataset_dir)
@@ -95,27 +60,26 @@ def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
     n = 1 + max((s for _, s in scores), default=-1)
     num_p = len(problems)
     correct = torch.full((num_p, max(n, 1)), math.nan, dtype=torch.float64)
-    reward = correct.clone()
+    rewards = correct.clone()
     labels = torch.full((num_p, max(n, 1)), -1, dtype=torch.long)
     per_problem_labels: list[dict[str, int]] = [{} for _ in range(num_p)]
-    tokens, truncated = [], 0
     for (pid, s), row in scores.items():
         i = index[pid]
         if row["correct"] is None:
             continue
         correct[i, s] = row["correct"]
-        parts = [w * (row.get(f) if row.get(f) is not None else math.nan) for f, w in reward_weights.items()]
-        reward[i, s] = sum(parts)
+        parts = [w * (row.get(f) if row.get(f) is not None else math.nan) for f, w in reward.terms]
+        rewards[i, s] = sum(parts)
         key = CORRECT_LABEL if row["correct"] == 1.0 else row.get("pred")
         if key is not None:
             labels[i, s] = per_problem_labels[i].setdefault(key, len(per_problem_labels[i]))
-        gen = samples[(pid, s)]
-        if gen.get("num_tokens") is not None:
-            tokens.append(gen["num_tokens"])
-        truncated += gen.get("finish_reason") == "length"
+    # the completion length over every generated sample of the problems reported, scored or not, whatever its gold
+    generated = [gen for (pid, _), gen in samples.items() if pid in index]
+    tokens = [gen["num_tokens"] for gen in generated if gen.get("num_tokens") is not None]
     return {
-        "problems": problems, "n": n, "correct": correct, "reward": reward, "labels": labels,
-        "num_scored": len(scores), "tokens": tokens, "truncated": truncated, "not_generated": skipped,
+        "problems": problems, "n": n, "inputs": MetricInputs(correct, rewards, labels),
+        "num_generated": len(generated), "tokens": tokens,
+        "truncated": sum(gen.get("finish_reason") == "length" for gen in generated), "not_generated": skipped,
         "unscored": sum(k not in scores for k in samples if k[0] in index),
         "unscorable": len({pid for (pid, _), row in scores.items() if row["correct"] is None}),
         "timeouts": sum(row.get("status") == "timeout" for row in scores.values()),
@@ -124,22 +88,23 @@ def load_matrices(dataset_dir: Path, reward_weights: dict[str, float]) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ metrics
-def per_problem_metrics(data: dict, args: ReportArgs, ks: list[int]) -> dict[str, torch.Tensor]:
-    """{metric key: (P,) per-problem estimate}, every `metrics.METRICS` entry at each k (or once), table order."""
-    config = asdict(args)
+def per_problem_metrics(inputs: MetricInputs, plan: ReportPlan, ks: list[int]) -> dict[str, torch.Tensor]:
+    """{metric key: (P,) per-problem estimate}, every `metrics.METRICS` entry at each k (or once), table order,
+    each on the input its `on` names."""
+    config = plan.config
     out = {}
     for metric in metrics.METRICS.values():
         for k in ks if metric.per_k else (None,):
-            out[metric.key_at(k, config)] = metric.compute(data, k, config)
+            out[metric.key_at(k, config)] = compute_metric(metric, inputs, k, config)
     return out
 
 
-def per_problem_objectives(data: dict, objectives) -> dict[str, torch.Tensor]:
+def per_problem_objectives(inputs: MetricInputs, objectives: tuple[ObjectiveSpec, ...]) -> dict[str, torch.Tensor]:
     """{"Preset@K" as requested: (P,) per-problem estimate of the objective on the reward}."""
-    return {f"{obj}@{k}": metrics.lstat_metric(data["reward"], obj, k) for obj, k in objectives}
+    return {o.key: metrics.lstat_metric(inputs.reward, o.objective, o.k) for o in objectives}
 
 
-def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: ReportArgs,
+def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, plan: ReportPlan,
               objectives: dict[str, torch.Tensor]) -> tuple[dict, dict]:
     """({metric: {value, ci, num_problems}}, the same for each objective) over the problems in `rows` (all if
     None), from one bootstrap resample shared by all."""
@@ -147,7 +112,7 @@ def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: 
     stacked = torch.stack(columns)  # (M + O, P)
     if rows is not None:
         stacked = stacked[:, rows]
-    low, high = metrics.bootstrap_ci(stacked, args.bootstrap_samples, args.ci_level, args.bootstrap_seed)
+    low, high = metrics.bootstrap_ci(stacked, plan.bootstrap_samples, plan.ci_level, plan.bootstrap_seed)
     out = []
     for j in range(len(columns)):
         value, count = metrics.problem_mean(stacked[j])
@@ -155,22 +120,22 @@ def summarize(values: dict[str, torch.Tensor], rows: torch.Tensor | None, args: 
     return dict(zip(values, out)), dict(zip(objectives, out[len(values):]))
 
 
-def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectives) -> dict | None:
-    data = load_matrices(dataset_dir, reward_weights)
+def report_dataset(dataset_dir: Path, plan: ReportPlan) -> dict | None:
+    data = load_matrices(dataset_dir, plan.reward)
     n = data["n"]
     if n == 0:
         logger.warning("%s: no scored samples; run the score stage first", dataset_dir.name)
         return None
-    ks = sorted({k for k in (args.ks or default_ks(n))})
+    ks = sorted({k for k in (plan.ks or default_ks(n))})
     if ks[-1] > n:
-        raise UsageError(f"--ks {' '.join(map(str, args.ks))}: k = {ks[-1]} > n = {n} samples per problem in "
+        raise UsageError(f"--ks {' '.join(map(str, plan.ks))}: k = {ks[-1]} > n = {n} samples per problem in "
                          f"{dataset_dir.name}; use k <= n or generate more samples (--num_samples)")
-    too_big = [f"{o}@{k}" for o, k in objectives if k > n]
+    too_big = [o.key for o in plan.objectives if o.k > n]
     if too_big:
         raise UsageError(f"--objectives {' '.join(too_big)}: K > n = {n} samples per problem in {dataset_dir.name}")
-    values = per_problem_metrics(data, args, ks)
-    wanted = per_problem_objectives(data, objectives)
-    overall, objective_values = summarize(values, None, args, wanted)
+    values = per_problem_metrics(data["inputs"], plan, ks)
+    wanted = per_problem_objectives(data["inputs"], plan.objectives)
+    overall, objective_values = summarize(values, None, plan, wanted)
     result = {
         "num_problems": len(data["problems"]),
         "num_samples": n,
@@ -181,12 +146,12 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
         "samples_not_scored": data["unscored"],
         "samples_timed_out": data["timeouts"],
         "mean_completion_tokens": sum(data["tokens"]) / len(data["tokens"]) if data["tokens"] else None,
-        "truncated_fraction": data["truncated"] / data["num_scored"] if data["num_scored"] else None,
+        "truncated_fraction": data["truncated"] / data["num_generated"] if data["num_generated"] else None,
         "metrics": overall,
         "objectives": objective_values,
         "breakdown": {},
     }
-    for fld in args.breakdown:
+    for fld in plan.breakdown:
         groups: dict[str, list[int]] = {}
         for i, p in enumerate(data["problems"]):
             if p.get(fld) is not None:
@@ -194,7 +159,7 @@ def report_dataset(dataset_dir: Path, args: ReportArgs, reward_weights, objectiv
         if groups:
             result["breakdown"][fld] = {}
             for g, rows in sorted(groups.items(), key=lambda kv: _natural(kv[0])):
-                mets, objs = summarize(values, torch.tensor(rows), args, wanted)
+                mets, objs = summarize(values, torch.tensor(rows), plan, wanted)
                 result["breakdown"][fld][g] = {"num_problems": len(rows), "metrics": mets, "objectives": objs}
     return result
 
@@ -207,10 +172,10 @@ def _natural(text: str):
         return (1, 0.0, text)
 
 
-def report(args: ReportArgs, paths: PathArgs) -> dict:
-    check_args(args)
-    reward_weights = parse_reward_weights(args.reward_weights)
-    objectives = [parse_objective(o) for o in args.objectives]
+def report(settings: ReportArgs | ReportPlan, paths: PathArgs) -> dict:
+    """Report the run at `paths.output_dir` (report.json, report.md, passk.png); `settings` are the flags, or the
+    plan `report_plan.plan_report` parsed from them."""
+    plan = as_plan(settings)
     out, dirs = layout.require_run(paths.output_dir, "report")
     check_run(out, "report")  # every file checked against provenance.json before anything is read
     provenance = read_provenance(out)
@@ -219,27 +184,26 @@ def report(args: ReportArgs, paths: PathArgs) -> dict:
         "generation": _generation(provenance) if provenance else (json.loads(legacy.read_bytes()) if legacy.is_file()
                                                                    else None),
         "provenance": provenance,
-        "config": asdict(args),
+        "config": plan.config,
         "datasets": {},
     }
     for d in dirs:
-        ds = report_dataset(d, args, reward_weights, objectives)
+        ds = report_dataset(d, plan)
         if ds is not None:
             result["datasets"][d.name] = ds
     if not result["datasets"]:
         raise UsageError(f"--output_dir {paths.output_dir}: no scored samples in {out}; run the score stage first")
     default = next(f for f in fields(ReportArgs) if f.name == "breakdown").default_factory()
-    for fld in args.breakdown:  # a field asked for that no problem of the run has would give silently nothing
+    for fld in plan.breakdown:  # a field asked for that no problem of the run has would give silently nothing
         if fld not in default and not any(fld in ds["breakdown"] for ds in result["datasets"].values()):
             present = sorted({k for d in dirs for p in records.read_jsonl(d / "problems.jsonl") for k in p
                              if k not in ("check", "prompt", "question", "answer", "id")})
             raise UsageError(f"--breakdown {fld}: no problem of this run has a {fld!r} field (fields it has: "
                              f"{', '.join(present) or 'none'})")
-    if args.plot and result["datasets"] and plot(result, out / layout.PLOT):
+    if plan.plot and result["datasets"] and plot(result, out / layout.PLOT):
         result["plot"] = str(out / layout.PLOT)
     records.write_json_atomic(out / layout.REPORT_JSON, result)
-    binary_reward = reward_weights == {"correct": 1.0}
-    safe_io.write_bytes_atomic(out / layout.REPORT_MD, render_markdown(result, binary_reward).encode("utf-8"))
+    safe_io.write_bytes_atomic(out / layout.REPORT_MD, render_markdown(result, plan.reward.binary).encode("utf-8"))
     return result
 
 
@@ -248,19 +212,3 @@ def _generation(provenance: dict) -> dict:
     model = provenance["model"]
     return {"model": model["model"], "base": model["base"], "adapter": model["adapter"], **provenance["sampling"],
             **{k: v for k, v in provenance["prompt"].items() if k != "chat_template_sha256"}}
-
-
-def check_args(args: ReportArgs) -> None:
-    """Flag-level checks that need no data (the run stage calls this before generating anything)."""
-    check_types(args)
-    if args.ks is not None and (not args.ks or min(args.ks) < 1):
-        raise UsageError(f"--ks must be integers >= 1 (and <= n samples per problem), got {args.ks}")
-    if args.bootstrap_samples < 1:
-        raise UsageError(f"--bootstrap_samples must be >= 1, got {args.bootstrap_samples}")
-    if not 0 < args.ci_level < 1:
-        raise UsageError(f"--ci_level must be in (0, 1), got {args.ci_level}")
-    if not 0 < args.cvar_q <= 1:
-        raise UsageError(f"--cvar_q must be in (0, 1], got {args.cvar_q}")
-    parse_reward_weights(args.reward_weights)
-    for o in args.objectives:
-        parse_objective(o)

@@ -25,7 +25,8 @@ from .args import (
 from .errors import UsageError
 from .generate import generate
 from .lock import writer_lock
-from .report import check_args, parse_objective, report
+from .report import report
+from .report_plan import ReportPlan, as_plan
 from .score import score
 
 __all__ = ["evaluate", "run"]
@@ -33,13 +34,15 @@ __all__ = ["evaluate", "run"]
 _GROUPS = (GenerateArgs, ScoreArgs, ReportArgs, PathArgs)
 
 
-def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_args: ReportArgs, paths: PathArgs) -> dict:
-    """Returns {"generate": throughput, "score": throughput, "report": report dict}."""
+def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_settings: ReportArgs | ReportPlan,
+        paths: PathArgs) -> dict:
+    """Returns {"generate": throughput, "score": throughput, "report": report dict}; `report_settings` are the
+    report's flags or their plan (`report_plan.plan_report`)."""
+    plan = as_plan(report_settings)
     # a k the samples cannot support fails now, not after hours of generation
-    check_args(report_args)
     n = gen_args.num_samples
-    big = [str(k) for k in report_args.ks or [] if k > n]
-    big += [o for o in report_args.objectives if parse_objective(o)[1] > n]
+    big = [str(k) for k in plan.ks or () if k > n]
+    big += [o.text for o in plan.objectives if o.k > n]
     if big:
         raise UsageError(f"--ks / --objectives {' '.join(big)}: k > --num_samples {n}; every k must be <= n")
     validate_generate(gen_args)
@@ -47,7 +50,7 @@ def run(gen_args: GenerateArgs, score_args: ScoreArgs, report_args: ReportArgs, 
     with writer_lock(layout.run_dir(paths.output_dir), "run"):  # one writer from the first sample to the report
         gen_stats = generate(gen_args, paths)
         score_stats = score(score_args, paths)
-        return {"generate": gen_stats, "score": score_stats, "report": report(report_args, paths)}
+        return {"generate": gen_stats, "score": score_stats, "report": report(plan, paths)}
 
 
 def _plain(value):
@@ -69,16 +72,18 @@ def _plain(value):
 
 
 def _split_options(options: dict, groups) -> list:
-    """One instance per dataclass in `groups` from keyword options; an unknown option is a UsageError."""
+    """One instance per dataclass in `groups` from keyword options (the report's as its `ReportPlan`); an unknown
+    option is a UsageError."""
     names = {f.name: cls for cls in groups for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - set(names))
     if unknown:
         raise UsageError(f"evaluate(): unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
     options = {k: _plain(v) for k, v in options.items()}
     parsed = [cls(**{k: v for k, v in options.items() if names[k] is cls}) for cls in groups]
-    for obj in parsed:  # the command line's type checks: disable_tqdm="false" is not a bool, as --ks "4" is no list
-        check_types(obj, "evaluate(): ")
-    return parsed
+    # the command line's type checks (disable_tqdm="false" is not a bool, as --ks "4" is no list), the report's in
+    # its one parse
+    where = "evaluate(): "
+    return [as_plan(obj, where) if isinstance(obj, ReportArgs) else check_types(obj, where) or obj for obj in parsed]
 
 
 def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None = None,
@@ -99,11 +104,11 @@ def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None =
         if model is not None or output_dir is not None:
             raise UsageError("evaluate(): pass either generations= (score and report a run directory) or a model "
                              "and output_dir=, not both")
-        score_args, report_args, paths = _split_options({**options, "output_dir": os.fspath(generations)},
-                                                        (ScoreArgs, ReportArgs, PathArgs))
-        check_args(report_args)  # before scoring: a bad report flag fails before the slow part
+        # the report's flags are parsed here, before scoring: a bad one fails before the slow part
+        score_args, plan, paths = _split_options({**options, "output_dir": os.fspath(generations)},
+                                                 (ScoreArgs, ReportArgs, PathArgs))
         score(score_args, paths)
-        return report(report_args, paths)
+        return report(plan, paths)
     out = PathArgs.output_dir if output_dir is None else os.fspath(output_dir)  # "" is refused by name, not replaced
     opts = {**options, "model": model, "output_dir": out}
     return run(*_split_options(opts, _GROUPS))["report"]
