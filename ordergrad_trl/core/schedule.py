@@ -54,7 +54,7 @@ def parse_objective_at_k(
     if "@" in objective:
         raise ValueError(
             f"{field_name}: entry {entry!r} holds more than one 'OBJECTIVE@K'; give each its own list entry (on the "
-            f"command line, one argument each: --{field_name} '0 ReMax@4' '100 Mean@1')."
+            f"command line, one argument each: --{field_name.lstrip('-')} '0 ReMax@4' '100 Mean@1')."
         )
     if not objective:
         raise ValueError(f"{field_name}: entry {entry!r} has no objective; expected 'OBJECTIVE@K', e.g. 'TopM:2@4'.")
