@@ -52,7 +52,7 @@ def main() -> dict:
         model = a.model
         if model == "tiny":
             sys.path.insert(0, str(REPO / "tests"))
-            from tiny_model import build_tiny_model
+            from helpers.tiny_model import build_tiny_model
 
             model = str(build_tiny_model(Path(tmp) / "tiny"))
         out = Path(tmp) / "run"

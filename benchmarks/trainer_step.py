@@ -30,7 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tiny_model import build_tiny_model  # noqa: E402
+from helpers.tiny_model import build_tiny_model  # noqa: E402
 
 
 # On CPU, time the process's CPU time: other jobs sharing the machine inflate wall time far beyond a 2% effect.

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-# tests/ is not a package; make its helper modules (tiny_model, ...) importable under any pytest import mode
+# tests/ is not a package: on sys.path, `helpers` (the shared test code) and sibling test modules import the same way
+# under any pytest import mode (the worker scripts in tests/helpers/ put tests/ there themselves)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_model import CPU_TRAINING_ARGS, build_tiny_model  # noqa: E402
+from helpers.tiny_model import CPU_TRAINING_ARGS, build_tiny_model  # noqa: E402
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):

@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from fake_mps import FakeMPS, fake_mps, no_float64
-from oracle import brute_advantage, brute_value
+from helpers.fake_mps import FakeMPS, fake_mps, no_float64
+from helpers.oracle import brute_advantage, brute_value
 
 from ordergrad_trl import lstat_advantage, lstat_value, rank_weights
 

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from oracle import brute_advantage, brute_value
+from helpers.oracle import brute_advantage, brute_value
 from test_advantage import PRESETS
 
 from ordergrad_trl import lstat_advantage, lstat_value, rank_weights

@@ -1,26 +1,25 @@
 """A reduced run of studies/bandit_diagnostic.py: each objective must win on its own metric, and the exact metrics
 it reports must match brute-force enumeration."""
 
-import importlib.util
 import itertools
 import math
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from oracle import lstat
 
+from helpers.oracle import lstat
 from ordergrad_trl import rank_weights
 
-SCRIPT = Path(__file__).resolve().parents[1] / "studies" / "bandit_diagnostic.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))  # the drivers are scripts, not a package
 
 
 @pytest.fixture(scope="module")
 def bandit():
-    spec = importlib.util.spec_from_file_location("bandit_diagnostic", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import bandit_diagnostic  # studies/, on sys.path above
+
+    return bandit_diagnostic
 
 
 @pytest.mark.parametrize("objective,k", [("Mean", 1), ("ReMax", 4), ("LowerTailMean:0.25", 4), ("GMD", 3)])

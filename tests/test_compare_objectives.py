@@ -13,10 +13,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "studies"))
-sys.path.insert(0, str(REPO / "tests"))
 
 import compare_summary  # noqa: E402
-from docs_commands import documented_commands  # noqa: E402
+from helpers.docs_commands import documented_commands  # noqa: E402
 
 
 # Arms as the recipe passes them (K=5 for best-of-K so that small groups cover it), with their rank weights in
@@ -108,7 +107,8 @@ def test_summary_refuses_units_from_another_protocol(tmp_path):
 
 
 def documented() -> list:
-    """The docs' command that runs the comparison (tests/docs_commands.py); the smoke test below runs it shrunk."""
+    """The docs' command that runs the comparison (tests/helpers/docs_commands.py); the smoke test below runs it
+    shrunk."""
     return [c for c in documented_commands() if not c.inline and c.argv == ("python", "studies/compare_objectives.py")]
 
 
@@ -176,8 +176,9 @@ def test_summary_of_the_base_model_alone(tmp_path):
 
 
 def test_group_weights_match_brute_force_advantages():
-    # each arm's success-minus-failure advantage gap per success count, from subset enumeration (tests/oracle.py)
-    from oracle import brute_advantage
+    # each arm's success-minus-failure advantage gap per success count, from subset enumeration
+    # (tests/helpers/oracle.py)
+    from helpers.oracle import brute_advantage
 
     n = 7
     arms = ARM_FLAGS
@@ -208,7 +209,7 @@ def test_group_weights_match_brute_force_advantages():
 
 def test_objective_values_match_subset_enumeration():
     # each arm's objective on a problem with c correct of n: the mean over all K-subsets of the samples (oracle)
-    from oracle import brute_value
+    from helpers.oracle import brute_value
 
     n = 9
     arms = ARM_FLAGS
@@ -229,7 +230,7 @@ def test_objective_values_match_subset_enumeration():
 def test_summary_objectives_table(tmp_path):
     # the matrix of objectives x models: columns deduplicated (GRPO and RLOO share the mean), a K above the
     # eval's n left out, each cell the mean of the per-problem oracle values
-    from oracle import brute_value
+    from helpers.oracle import brute_value
 
     n, gen = 6, torch.Generator().manual_seed(1)
     assets = tmp_path / "units"
@@ -262,7 +263,7 @@ def test_seed_level_primaries_against_scipy(tmp_path):
     over seeds (scipy's paired t test as the oracle), Holm over the primaries, pairing by seed id when arms have
     different seeds (min4 lacks seed 3; grpo has only seeds 0-1 and is no primary: its objective is the mean)."""
     scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
-    from oracle import brute_value
+    from helpers.oracle import brute_value
 
     n, gen = 6, torch.Generator().manual_seed(3)
     assets = tmp_path / "units"

@@ -12,7 +12,6 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "studies"))
-sys.path.insert(0, str(REPO / "tests"))
 
 import compare_seed_level  # noqa: E402
 import compare_summary  # noqa: E402

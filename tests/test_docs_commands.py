@@ -1,7 +1,7 @@
 """Every command in README.md, eval/README.md and docs/*.md runs, as written, from a directory outside the repo.
 
-Commands are parsed from the files' ```bash blocks (tests/docs_commands.py), so they cannot drift from what users
-read. Each goes to the first handler whose pattern matches; a command that no handler knows fails
+Commands are parsed from the files' ```bash blocks (tests/helpers/docs_commands.py), so they cannot drift from what
+users read. Each goes to the first handler whose pattern matches; a command that no handler knows fails
 `test_every_command_has_a_handler`. Handlers change sizes only (steps, problems, samples, repeats, and the model:
 the tiny test model); commands that need a GPU are checked without one, up to the point where a GPU is needed:
 the launcher's arguments, its config file, and the recipe's full config parse and construction. Some entry points
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_commands import REPO, Command, commands_in, doc_files, documented_commands  # noqa: E402
+from helpers.docs_commands import REPO, Command, commands_in, doc_files, documented_commands
 
 COMMANDS = documented_commands()
 # Relative paths in the docs are relative to the repo root; run from elsewhere they must be made absolute.

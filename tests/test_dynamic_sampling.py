@@ -1,8 +1,8 @@
 """`ordergrad_dynamic_sampling` on a tiny random Qwen2 (CPU, offline): the empty groups are the subset-enumeration
 oracle's for every estimator; `filter`'s gradient is that of the batch with the empty groups removed by hand, for
 each supported loss type; `refill` fills the batch or stops at its round bound; a batch without empty groups trains
-bit for bit as `off`; a step without any group skips the update; two processes (tests/dynamic_sampling_worker.py)
-keep the oracle's groups of the gathered batch."""
+bit for bit as `off`; a step without any group skips the update; two processes
+(tests/helpers/dynamic_sampling_worker.py) keep the oracle's groups of the gathered batch."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
-from oracle import lstat, subset_mean
+from helpers.oracle import lstat, subset_mean
 from test_trainer import brute_force_advantages
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 from ordergrad_trl.training.dynamic_sampling import empty_groups
 
-WORKER = Path(__file__).resolve().parent / "dynamic_sampling_worker.py"
+WORKER = Path(__file__).resolve().parent / "helpers" / "dynamic_sampling_worker.py"
 
 
 def prompt_index(prompt: str) -> int:
@@ -116,7 +116,7 @@ DOCUMENTED_EMPTY = {("ReMax", 8): [0, *range(9, 17)], ("ReMin", 4): [0, 1, 2, 3,
 
 
 def _enumerated(rewards, weights, i):
-    """Rollout i's leave-one-out advantage by enumerating the K-subsets (tests/oracle.py's definitions)."""
+    """Rollout i's leave-one-out advantage by enumerating the K-subsets (tests/helpers/oracle.py's definitions)."""
     others = rewards[:i] + rewards[i + 1 :]
     include = [lstat((rewards[i],) + s, weights) for s in itertools.combinations(others, len(weights) - 1)]
     return sum(include) / len(include) - subset_mean(others, weights)

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 import torch
-from estimator_cases import CASES
-from oracle import brute_advantage
+from helpers.estimator_cases import CASES
+from helpers.oracle import brute_advantage
 
 from ordergrad_trl import lstat_value, rank_weights
 from ordergrad_trl.core.estimators import (
@@ -25,7 +25,7 @@ from ordergrad_trl.core.estimators import (
 
 NAN = float("nan")
 
-DEFAULT_PARAMS = {name: case.params for name, case in CASES.items()}  # tests/estimator_cases.py
+DEFAULT_PARAMS = {name: case.params for name, case in CASES.items()}  # tests/helpers/estimator_cases.py
 
 
 def reward_batch(binary: bool, seed: int = 0, g: int = 40, n: int = 6) -> torch.Tensor:
@@ -185,7 +185,7 @@ def test_every_estimator_has_a_case_and_a_loop_oracle():
     """A registered estimator without default parameters or a loop oracle here (or in test_maxrl.py) fails."""
     from test_maxrl import MAXRL_ORACLES
 
-    assert set(CASES) == set(ESTIMATORS)  # its entry in tests/estimator_cases.py
+    assert set(CASES) == set(ESTIMATORS)  # its entry in tests/helpers/estimator_cases.py
     assert {name for name, _, _ in ORACLE_CASES + MAXRL_ORACLES} == set(ESTIMATORS)
 
 

@@ -221,7 +221,7 @@ def test_pass_at_k_and_pkpo_tables_at_user_sizes_match_exact_ratios(n_max, k):
 @pytest.mark.parametrize("name", list(ESTIMATORS))
 def test_devices_without_float64_compute_on_the_cpu(monkeypatch, name):
     """Simulated MPS (no float64): float64 math moves to the CPU and the result comes back as float32."""
-    from fake_mps import fake_mps, no_float64
+    from helpers.fake_mps import fake_mps, no_float64
 
     no_float64(monkeypatch)
     r = reward_batch(binary=ESTIMATORS[name].binary, seed=4)

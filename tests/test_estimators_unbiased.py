@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 import torch
-from oracle import lstat
+from helpers.oracle import lstat
 from test_estimators import DEFAULT_PARAMS
 
 from ordergrad_trl import rank_weights

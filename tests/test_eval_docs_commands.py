@@ -28,13 +28,12 @@ SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO / ".." / "shared" / "
 EVAL_ENTRY = re.compile(r"^(ordergrad-eval (run|generate|score|report)\b|"
                         r"python (-m eval\.(run|generate|score|report)\b|benchmarks/eval_throughput\.py\b))")
 
-sys.path.insert(0, str(REPO / "tests"))
-from docs_commands import commands_in, doc_files  # noqa: E402
+from helpers.docs_commands import commands_in, doc_files  # noqa: E402
 from test_eval_metrics import brute_maj  # noqa: E402
 
 
 def documented() -> list:
-    """The eval commands of every doc's bash blocks (tests/docs_commands.py), in reading order."""
+    """The eval commands of every doc's bash blocks (tests/helpers/docs_commands.py), in reading order."""
     return [c for doc in doc_files() for c in commands_in(doc) if not c.inline and EVAL_ENTRY.match(" ".join(c.argv))]
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from ordergrad_trl.evaluation import evaluate, records
 from ordergrad_trl.evaluation.args import PathArgs, ReportArgs
-from eval_runs import cli_error
+from helpers.eval_runs import cli_error
 
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.errors import UsageError

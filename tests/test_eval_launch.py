@@ -15,7 +15,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout's `eval/` entry points (not installed)
 
-from tiny_model import IM_END, build_model, build_tokenizer  # noqa: E402
+from helpers.tiny_model import IM_END, build_model, build_tokenizer  # noqa: E402
 
 from ordergrad_trl.evaluation import parallel, records, sampling, tokens  # noqa: E402
 from ordergrad_trl.evaluation.args import GenerateArgs, PathArgs  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_runs import cli_error
+from helpers.eval_runs import cli_error
 
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock

@@ -22,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-from eval_runs import adopt  # noqa: E402  (tests/ is on sys.path via conftest)
+from helpers.eval_runs import adopt  # noqa: E402  (tests/ is on sys.path via conftest)
 from test_eval_metrics import brute_maj, subsets_mean  # noqa: E402
 
 from ordergrad_trl.evaluation import layout, records  # noqa: E402

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import torch
-from eval_runs import adopt
+from helpers.eval_runs import adopt
 from test_eval_pipeline import FAST, TOY
 
 from ordergrad_trl.evaluation import layout, metrics, records, report_plan

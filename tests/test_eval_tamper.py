@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_runs import cli_error
+from helpers.eval_runs import cli_error
 from test_eval_integrity import stage
 from test_eval_lock import ENV, HOLDER
 

@@ -13,12 +13,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "grad_norms.py"
-sys.path.insert(0, str(REPO / "tests"))
-from docs_commands import documented_commands  # noqa: E402
+from helpers.docs_commands import documented_commands  # noqa: E402
 
 
 def documented() -> list:
-    """The docs' grad-norm commands (tests/docs_commands.py)."""
+    """The docs' grad-norm commands (tests/helpers/docs_commands.py)."""
     return [c for c in documented_commands() if not c.inline and "benchmarks/grad_norms.py" in c.argv]
 
 

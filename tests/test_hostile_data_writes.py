@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_runs import cli_error
+from helpers.eval_runs import cli_error
 
 from ordergrad_trl.evaluation import records, safe_io
 from ordergrad_trl.evaluation.cli import command as main

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eval_runs import cli_error
+from helpers.eval_runs import cli_error
 
 from ordergrad_trl.evaluation.cli import command as main
 

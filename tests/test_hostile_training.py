@@ -21,7 +21,7 @@ from ordergrad_trl.training.resolved_config import RESOLVED_CONFIG, resolved_con
 
 
 def _config(**kw):
-    from tiny_model import CPU_TRAINING_ARGS
+    from helpers.tiny_model import CPU_TRAINING_ARGS
 
     from ordergrad_trl import OrderGradConfig
 

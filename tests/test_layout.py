@@ -129,15 +129,28 @@ def test_files_fit_one_sitting():
     assert not long, f"files over {MAX_LINES} lines: {long}"
 
 
+def _assert_one_line_summary(path: Path) -> None:
+    doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+    where = path.relative_to(REPO)
+    assert doc, f"{where} has no module docstring"
+    lines = doc.strip("\n").splitlines()
+    assert lines[0].strip(), f"{where}: the docstring must start with its summary line"
+    assert len(lines) == 1 or not lines[1].strip(), f"{where}: the summary must fit on one line"
+
+
 def test_every_module_opens_with_a_one_line_summary():
     for path in _own_python_files():
-        tree = ast.parse(path.read_text())
-        doc = ast.get_docstring(tree, clean=False)
-        where = path.relative_to(REPO)
-        assert doc, f"{where} has no module docstring"
-        lines = doc.strip("\n").splitlines()
-        assert lines[0].strip(), f"{where}: the docstring must start with its summary line"
-        assert len(lines) == 1 or not lines[1].strip(), f"{where}: the summary must fit on one line"
+        _assert_one_line_summary(path)
+
+
+def test_tests_folder_holds_tests_and_one_helpers_package():
+    """Shared test code lives in tests/helpers/ (a package, each module summarised), not beside the test files."""
+    tests = REPO / "tests"
+    stray = sorted(p.name for p in tests.glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py")
+    assert not stray, f"helpers outside tests/helpers/: {stray}"
+    assert (tests / "helpers" / "__init__.py").is_file()
+    for path in _own_python_files(["tests/helpers"]):
+        _assert_one_line_summary(path)
 
 
 def test_every_declared_pytest_marker_marks_a_test():

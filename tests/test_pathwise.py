@@ -123,7 +123,7 @@ def test_cuda_matches_cpu():
 
 
 def test_devices_without_float64_compute_in_float32(monkeypatch):
-    from fake_mps import FakeMPS, fake_mps, no_float64
+    from helpers.fake_mps import FakeMPS, fake_mps, no_float64
 
     no_float64(monkeypatch)
     w = rank_weights("TopM:2", 3)

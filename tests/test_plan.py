@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from plan_cases import BAD_SETTINGS, TRL_FIELD, case_id, expected_message
+from helpers.plan_cases import BAD_SETTINGS, TRL_FIELD, case_id, expected_message
 from test_estimators import DEFAULT_PARAMS, ORACLE_CASES, reward_batch
 from test_maxrl import MAXRL_ORACLES
 from test_trainer import G, make_trainer

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from prompt_weight_oracle import oracle_run
+from helpers.prompt_weight_oracle import oracle_run
 from ordergrad_trl.core.estimators import ESTIMATORS, maxrl
 from ordergrad_trl.core.plan import build_plan
 from ordergrad_trl.core.prompt_weights import (
@@ -290,7 +290,7 @@ def test_consecutive_engine_batches_equal_the_oracle(weight):
     """`engine.outcome_advantages` (what verl's and SkyRL's estimators return) over three batches of shuffled,
     ragged rows by uid with unscorable ones: the estimator per group times the oracle's weight, the window carried
     by the engine's driver from one call to the next."""
-    from prompt_weight_oracle import engine_expected
+    from helpers.prompt_weight_oracle import engine_expected
 
     from ordergrad_trl.integrations import engine
 

@@ -1,7 +1,8 @@
 """`ordergrad_prompt_weight` in `OrderGradTrainer` on a tiny random Qwen2 (CPU, offline): every generation batch's
 advantages equal the brute-force oracle (subset enumeration for the estimator, tests/test_prompt_weights.py's
 exact-fraction histogram for CurveRL's window, run over the batches in order), the metrics are logged, a resumed
-run continues the window exactly, and two processes hold the same window (tests/dist_worker.py, mode `curverl`)."""
+run continues the window exactly, and two processes hold the same window (tests/helpers/dist_worker.py, mode
+`curverl`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from prompt_weight_oracle import oracle_weights
+from helpers.prompt_weight_oracle import oracle_weights
 from test_trainer import WORKER, _h, brute_force_advantages, combine
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 
@@ -156,8 +157,9 @@ def test_two_processes_hold_the_same_window(tiny_model_dir, tmp_path):
 
 
 def check_curverl_ranks(ranks: list[dict]) -> None:
-    """Both ranks of tests/dist_worker.py's `curverl` modes (DDP, ZeRO): every rank's advantages equal the oracle on
-    the gathered batch, steps in order through one window, and both ranks hold the same window after each step."""
+    """Both ranks of tests/helpers/dist_worker.py's `curverl` modes (DDP, ZeRO): every rank's advantages equal the
+    oracle on the gathered batch, steps in order through one window, and both ranks hold the same window after each
+    step."""
     cfg = ranks[0]["config"]
     group, weights = cfg["num_generations"], cfg["weights"]
     batches, gathered = [], []

@@ -131,9 +131,9 @@ def test_the_recipe_under_zero(tiny_model_dir, tmp_path, stage):
 
 def test_fsdp2_shards_on_cpu_through_the_test_shim(tiny_model_dir, tmp_path):
     """FSDP2's code path (DTensor shards, save, resume) on 2 CPU processes: accelerate builds DDP there, so the
-    launch runs through tests/fsdp_cpu_shim.py, which keeps the launcher's FSDP plugin (not part of the library;
+    launch runs through tests/helpers/fsdp_cpu_shim.py, which keeps the launcher's FSDP plugin (not part of the library;
     without it OrderGradTrainer refuses the launch, tests/test_engine_guard.py)."""
-    from fsdp_cpu_shim import sitecustomize
+    from helpers.fsdp_cpu_shim import sitecustomize
 
     shim = sitecustomize(tmp_path / "shim")
     out = tmp_path / "fsdp2"
@@ -164,8 +164,8 @@ def test_the_recipe_under_zero_with_vllm_colocate(tmp_path, stage):
     """The README's 8-GPU shape at 2 CPU processes: ZeRO-2 + vLLM colocate trains 2 steps, logs OrderGrad's metrics
     and ends cleanly. vLLM's engine, left to interpreter exit, tore its process groups down after the trainer's and
     every rank printed `ValueError: Invalid process group specified`; `OrderGradTrainer.end()` shuts it down first."""
-    from vllm_cpu_env import build_vllm_model, vllm_env
-    from vllm_cpu_shim import sitecustomize
+    from helpers.vllm_cpu_env import build_vllm_model, vllm_env
+    from helpers.vllm_cpu_shim import sitecustomize
 
     model_dir = build_vllm_model(tmp_path / "model")
     out = tmp_path / "out"
@@ -194,8 +194,8 @@ def test_zero_with_vllm_colocate_engines_hold_the_trained_policy(tmp_path, stage
     both ranks still equal the oracle and OrderGrad's metrics agree (`check_two_ranks`); `OrderGradTrainer.end()`
     ends the run without a traceback."""
     from test_vllm_cpu import check_engine_follows_policy
-    from vllm_cpu_env import build_vllm_model, vllm_env
-    from vllm_cpu_shim import sitecustomize
+    from helpers.vllm_cpu_env import build_vllm_model, vllm_env
+    from helpers.vllm_cpu_shim import sitecustomize
     import torch
 
     model_dir = build_vllm_model(tmp_path / "model")

@@ -1,9 +1,9 @@
 """The `ordergrad` advantage estimator through SkyRL's own code (Python 3.12 with the `skyrl` extra; docs/skyrl.md).
 
 Oracles: for every estimator of the zoo, the TRL trainer's computation on the same groups (`plan_cases.trl_path`);
-for `ordergrad`, K times the subset-enumeration advantage (tests/oracle.py) with the weights written out by hand; for
-every bad setting, the text `OrderGradConfig` raises (tests/plan_cases.py); for MaxRL, the exact expected gradient
-summed over all 2^N outcomes of a group against the closed form sum_{k<N} (1-p)^(k-1).
+for `ordergrad`, K times the subset-enumeration advantage (tests/helpers/oracle.py) with the weights written out by
+hand; for every bad setting, the text `OrderGradConfig` raises (tests/helpers/plan_cases.py); for MaxRL, the exact
+expected gradient summed over all 2^N outcomes of a group against the closed form sum_{k<N} (1-p)^(k-1).
 
 tests/test_docs_commands.py delegates docs/skyrl.md's SkyRL commands here (`documented()`), which also runs without
 SkyRL."""
@@ -24,12 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_commands import REPO, Command, commands_in  # noqa: E402
-from estimator_cases import CASES  # noqa: E402
-from optional import installed  # noqa: E402
-from oracle import brute_advantage  # noqa: E402
-from plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
+from helpers.docs_commands import REPO, Command, commands_in  # noqa: E402
+from helpers.estimator_cases import CASES  # noqa: E402
+from helpers.optional import installed  # noqa: E402
+from helpers.oracle import brute_advantage  # noqa: E402
+from helpers.plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
 
 from ordergrad_trl.core.estimators import ESTIMATORS  # noqa: E402
 
@@ -382,7 +381,7 @@ def test_the_gpu_recipe_passes_our_check_and_skyrls_validation(skyrl):
 @pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.4,0.25"])  # prompt weights
 def test_prompt_weights_through_skyrls_dispatch_over_consecutive_steps(skyrl, weight):
     """Three steps through SkyRL's dispatch, then a new driver (window emptied): the oracle per uid group, skyrl.md."""
-    from prompt_weight_oracle import engine_expected
+    from helpers.prompt_weight_oracle import engine_expected
     from ordergrad_trl.integrations import engine
 
     adapter, dispatch = skyrl

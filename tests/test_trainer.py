@@ -1,7 +1,7 @@
 """OrderGradTrainer end to end on a tiny random Qwen2 (CPU, offline).
 
-The oracle for "the advantage that reaches the loss" is the subset enumeration of tests/oracle.py, independent of
-`ordergrad_trl.core.advantage`: for a group with n > K scorable rewards,
+The oracle for "the advantage that reaches the loss" is the subset enumeration of tests/helpers/oracle.py, independent
+of `ordergrad_trl.core.advantage`: for a group with n > K scorable rewards,
 
     A_i = K * ( mean_{S ∋ i, |S|=K} L(S)  -  mean_{S ⊆ others, |S|=K} L(S) ),   L(S) = sum_j w_j sorted(S)_j,
 
@@ -25,15 +25,15 @@ import pytest
 import torch
 from datasets import Dataset
 
-from estimator_cases import TRAINER_OBJECTIVE, TRAINER_WEIGHTS
-from oracle import brute_advantage, brute_value
+from helpers.estimator_cases import TRAINER_OBJECTIVE, TRAINER_WEIGHTS
+from helpers.oracle import brute_advantage, brute_value
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 
 G, K = 6, 4
 WEIGHTS = TRAINER_WEIGHTS  # ascending and asymmetric, so a reversed or shuffled order cannot pass
 OBJECTIVE = TRAINER_OBJECTIVE
 REWARD_WEIGHTS = [1.0, 0.5]
-WORKER = Path(__file__).resolve().parent / "dist_worker.py"
+WORKER = Path(__file__).resolve().parent / "helpers" / "dist_worker.py"
 
 
 # ----------------------------------------------------------------------------------------------- oracle
@@ -227,8 +227,9 @@ def test_two_processes_each_rank_gets_its_slice(tiny_model_dir, tmp_path):
 
 
 def check_two_ranks(ranks: list[dict]) -> None:
-    """The two ranks' records of tests/dist_worker.py (any engine): every rank's advantages equal the brute-force
-    oracle on the gathered rewards, a group straddles the ranks, and the rows reaching each loss carry them."""
+    """The two ranks' records of tests/helpers/dist_worker.py (any engine): every rank's advantages equal the
+    brute-force oracle on the gathered rewards, a group straddles the ranks, and the rows reaching each loss carry
+    them."""
     cfg = ranks[0]["config"]
     group_size, weights = cfg["num_generations"], cfg["weights"]
     n_steps = len(ranks[0]["calls"])

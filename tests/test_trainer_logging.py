@@ -214,7 +214,7 @@ def test_advantage_stage_runs_inside_trl_profiling_context(tiny_model, tiny_toke
 
 
 def test_two_processes_log_the_same_brute_force_values(tiny_model_dir, tmp_path):
-    """torchrun, 2 ranks (tests/dist_worker.py binary): 2 steps in one logging window, then evaluate(); groups
+    """torchrun, 2 ranks (tests/helpers/dist_worker.py binary): 2 steps in one logging window, then evaluate(); groups
     straddle the ranks. Every rank logs the brute force of the gathered rewards recorded by both ranks."""
     import json
     import os
@@ -226,7 +226,8 @@ def test_two_processes_log_the_same_brute_force_values(tiny_model_dir, tmp_path)
 
     out = tmp_path / "dist"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += [str(Path(__file__).resolve().parent / "dist_worker.py"), str(tiny_model_dir), str(out), "binary"]
+    worker = Path(__file__).resolve().parent / "helpers" / "dist_worker.py"
+    cmd += [str(worker), str(tiny_model_dir), str(out), "binary"]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run(cmd, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

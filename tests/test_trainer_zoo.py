@@ -6,7 +6,7 @@ Oracles: the zoo's estimators are checked against per-paper loops in tests/test_
 whether the trainer applies the right one, with the right parameters, to the right groups, at the right step. So
 each group's expected advantages are the registry function applied to that group's rewards, rebuilt in generation
 order from what the reward functions returned (order matters: `maxk_tang` cuts the group into consecutive chunks).
-Schedules and per-reward objectives are checked against the subset enumeration of tests/oracle.py.
+Schedules and per-reward objectives are checked against the subset enumeration of tests/helpers/oracle.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-from estimator_cases import CASES
+from helpers.estimator_cases import CASES
 from test_trainer import (
     G,
     OBJECTIVE,

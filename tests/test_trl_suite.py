@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from docs_commands import documented_commands  # noqa: E402
+from helpers.docs_commands import documented_commands  # noqa: E402
 
 SUBSET = (
     "test_compute_entropy_mask_0 or test_init_minimal or test_train_multiple_reward_funcs_with_weights "
@@ -28,7 +27,8 @@ SUBSET = (
 
 
 def documented() -> list:
-    """The docs' TRL-suite commands (tests/docs_commands.py): bash lines that run benchmarks/trl_suite/run.py."""
+    """The docs' TRL-suite commands (tests/helpers/docs_commands.py): bash lines that run
+    benchmarks/trl_suite/run.py."""
     return [c for c in documented_commands() if not c.inline and "benchmarks/trl_suite/run.py" in c.argv]
 
 

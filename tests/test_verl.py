@@ -3,7 +3,7 @@
 Oracles: the leave-one-out advantage by enumerating K-subsets, a_i = mean L(S) over S holding i minus mean L(S)
 over S drawn from the others, with L(S) = sum_j w_j (S sorted ascending)_j and weights written out by hand; for
 every estimator of the zoo, the TRL trainer's computation on the same groups (`plan.advantages`, then
-`scale_advantages`); for every bad setting, the text `OrderGradConfig` raises (tests/plan_cases.py)."""
+`scale_advantages`); for every bad setting, the text `OrderGradConfig` raises (tests/helpers/plan_cases.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from optional import installed  # noqa: E402  (tests/, on sys.path by conftest)
+from helpers.optional import installed  # noqa: E402  (tests/, on sys.path by conftest)
 
 if not installed("verl"):
     pytest.skip("verl is not installed: these tests run in the verl environment (docs/verl.md)",
@@ -31,12 +31,11 @@ from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 
 import ordergrad_trl.integrations.verl as adapter  # noqa: E402
 from ordergrad_trl.integrations import engine  # noqa: E402
-from estimator_cases import CASES  # noqa: E402
+from helpers.estimator_cases import CASES  # noqa: E402
 from ordergrad_trl.core.estimators import ESTIMATORS  # noqa: E402
 from ordergrad_trl.core.plan import DEFAULT_OBJECTIVE, build_plan  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
+from helpers.plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -304,7 +303,7 @@ def test_prompt_weights_through_verls_dispatch_over_consecutive_steps(weight):
     `curverl` the window is carried by this (the driver's) process from step to step, and a restart (a new
     process: the window emptied) makes the next batch its own reference, as docs/verl.md says."""
     from omegaconf import OmegaConf
-    from prompt_weight_oracle import engine_expected
+    from helpers.prompt_weight_oracle import engine_expected
 
     engine._windows.clear()
     settings = {"objective": "ReMax", "k": 3}

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_commands import REPO, Command, commands_in  # noqa: E402
-from optional import installed  # noqa: E402
+from helpers.docs_commands import REPO, Command, commands_in
+from helpers.optional import installed
 
 DOC = "docs/verl.md"
 MAIN, PREPARE, LAUNCH = "python -m verl.trainer.main_ppo", "python recipes/verl/prepare_math.py", "bash recipes/verl/"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from optional import installed  # noqa: E402  (tests/, on sys.path by conftest)
+from helpers.optional import installed  # noqa: E402  (tests/, on sys.path by conftest)
 
 if not installed("verl"):
     pytest.skip("verl is not installed: these tests run in the verl environment (docs/verl.md)",

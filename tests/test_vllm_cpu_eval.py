@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
-from vllm_cpu_shim import sitecustomize
+from helpers.vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
+from helpers.vllm_cpu_shim import sitecustomize
 
 if VLLM_MISSING:
     pytest.skip(SKIP_REASON, allow_module_level=True)
@@ -142,7 +142,7 @@ def test_seeded_sampling_at_a_size_that_chunks_runs_and_resumes_row_for_row(vllm
 def test_recipe_trains_through_vllm_colocate(vllm_model_dir, tmp_path):
     out = tmp_path / "out"
     # the recipe as users run it, with the shim that keeps vLLM's CPU weights where TRL's weight sync writes
-    # (tests/vllm_cpu_shim.py), applied at interpreter start-up
+    # (tests/helpers/vllm_cpu_shim.py), applied at interpreter start-up
     shim = sitecustomize(tmp_path / "shim")
     proc = run([sys.executable, str(REPO / "recipes" / "math_cvar.py"), "--use_vllm", "true", "--vllm_mode", "colocate",
                 "--model_name_or_path", str(vllm_model_dir), "--max_steps", "2",

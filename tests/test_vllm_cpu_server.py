@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
+from helpers.vllm_cpu_env import SKIP_REASON, VLLM_MISSING, build_vllm_model, vllm_env
 
 if VLLM_MISSING:
     pytest.skip(SKIP_REASON, allow_module_level=True)

@@ -1,7 +1,7 @@
 """Offline stand-ins for the Hub models and datasets TRL's GRPO tests load (`trl-internal-testing/*`).
 
 Models: tiny random models of the same architectures (seeded, hidden size 16, 2 layers; MoE with 4 experts),
-with the byte-level BPE tokenizer and ChatML template of `tests/tiny_model.py`, written into a Hugging Face
+with the byte-level BPE tokenizer and ChatML template of `tests/helpers/tiny_model.py`, written into a Hugging Face
 cache layout (`models--org--name/snapshots/<rev>/`, `refs/main`) so that with `HF_HUB_OFFLINE=1` and
 `HF_HUB_CACHE` pointing there, every loader (`from_pretrained` of models, tokenizers, processors, configs, by id
 or from inside TRL) resolves the hub id locally. Architectures that cannot be built here (vision-language
@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
-from tiny_model import build_tokenizer  # noqa: E402
+from helpers.tiny_model import build_tokenizer  # noqa: E402
 
 # Bump when the stand-ins change, so a cache built by an older version is rebuilt.
 STAND_IN_VERSION = "1"

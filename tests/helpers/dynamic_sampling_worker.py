@@ -1,6 +1,6 @@
 """torchrun worker for tests/test_dynamic_sampling.py::test_two_processes_keep_the_oracles_groups.
 
-Usage: torchrun --standalone --nproc_per_node 2 tests/dynamic_sampling_worker.py MODEL_DIR OUT_DIR filter|refill
+Usage: torchrun --standalone --nproc_per_node 2 tests/helpers/dynamic_sampling_worker.py MODEL_DIR OUT_DIR filter|refill
 
 Trains OrderGradTrainer (Max@2 over groups of 4, 6 rollouts per process: the second group of every generation
 batch is split between the processes) for 3 steps with `ordergrad_dynamic_sampling`. Even prompts get one reward for
@@ -16,11 +16,13 @@ import json
 import sys
 from pathlib import Path
 
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: tests/ (helpers, test_*) importable
 
-from ordergrad_trl import OrderGradConfig, OrderGradTrainer
-from tiny_model import CPU_TRAINING_ARGS  # this file runs as a script: tests/ is on sys.path
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from ordergrad_trl import OrderGradConfig, OrderGradTrainer  # noqa: E402
+from helpers.tiny_model import CPU_TRAINING_ARGS  # noqa: E402
 
 
 class Recorder(OrderGradTrainer):

@@ -1,5 +1,6 @@
-"""Bad settings that TRL's `OrderGradConfig` and the engines' `ordergrad_*` keys (verl, SkyRL) must refuse with the same
-text, and what the TRL trainer computes for rows grouped by uid (`trl_path`), the engines' oracle.
+"""Bad settings that TRL's `OrderGradConfig` and the engines' `ordergrad_*` keys must refuse with the same text.
+
+Also `trl_path`: what the TRL trainer computes for rows grouped by uid, the engines' (verl, SkyRL) oracle.
 
 Each case: the `build_plan` keywords it sets (the rest are defaults) and the group size N (`num_generations`,
 verl's `actor_rollout_ref.rollout.n`). The expected text is `build_plan`'s own (`expected_message`); tests/test_plan.py

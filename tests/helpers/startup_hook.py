@@ -11,10 +11,10 @@ from pathlib import Path
 
 
 def write_startup_hook(directory: Path, module: str, function: str) -> Path:
-    """Write `directory/sitecustomize.py` calling `tests/<module>.py`'s `function()`; returns `directory`."""
+    """Write `directory/sitecustomize.py` calling `tests/helpers/<module>.py`'s `function()`; returns `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "sitecustomize.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
-        f"import {module}\n{module}.{function}()\n"
+        f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"  # tests/, above helpers/
+        f"from helpers import {module}\n{module}.{function}()\n"
     )
     return directory

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from startup_hook import write_startup_hook
+from helpers.startup_hook import write_startup_hook
 
 import torch
 

@@ -1,6 +1,7 @@
-"""Each registered estimator's settings for the shared tests, one entry per estimator: adding an estimator adds its
-entry here, plus what is its own (a loop oracle in test_estimators.ORACLE_CASES or test_maxrl.MAXRL_ORACLES, and
-its unbiasedness claim in test_estimators_unbiased.py); a test fails until each exists.
+"""Each registered estimator's settings for the shared tests, one entry per estimator.
+
+Adding an estimator adds its entry here, plus what is its own (a loop oracle in test_estimators.ORACLE_CASES or
+test_maxrl.MAXRL_ORACLES, and its unbiasedness claim in test_estimators_unbiased.py); a test fails until each exists.
 
 - `params`: one parameter setting that fits groups of N = 6 (the shared contract, the plan's one-context call);
 - `trainer`: (`OrderGradConfig` overrides, the parameters the trainer must call it with) for the 2-step training of

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV_WORD = re.compile(r"[A-Z_][A-Z0-9_]*=\S*")
 # inline spans that are commands (prose also quotes flags and paths; those are not commands)
 INLINE_ENTRY = re.compile(r"^([A-Z_]+=\S+ )*(python |accelerate launch |torchrun |bash |trl |pip install )")

@@ -1,6 +1,6 @@
 """Worker for tests/test_vllm_cpu.py: 2 training steps through TRL's vLLM colocate generation, on CPU.
 
-Usage: python tests/vllm_worker.py {ordergrad,grpo} MODEL_DIR OUT_FILE
+Usage: python tests/helpers/vllm_worker.py {ordergrad,grpo} MODEL_DIR OUT_FILE
 
 A script, not an in-process test: vLLM's engine sets up torch.distributed (external_launcher) and global state
 that must not leak into the test process, and its helper processes start with `spawn`, which re-imports
@@ -15,13 +15,18 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: tests/ (helpers, test_*) importable
 
-from test_trainer import G, K, OBJECTIVE, REWARD_WEIGHTS, RecordingTrainer, make_reward_funcs, prompts_dataset
-from tiny_model import CPU_TRAINING_ARGS  # this file runs as a script: tests/ is on sys.path
-from vllm_cpu_shim import keep_vllm_cpu_weights
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from test_trainer import (  # noqa: E402
+    G, K, OBJECTIVE, REWARD_WEIGHTS, RecordingTrainer, make_reward_funcs, prompts_dataset,
+)
+from helpers.tiny_model import CPU_TRAINING_ARGS  # noqa: E402
+from helpers.vllm_cpu_shim import keep_vllm_cpu_weights  # noqa: E402
 
 # A matrix vLLM keeps under the transformers name (q/k/v and gate/up are fused there, down_proj is not)
 WATCHED = "model.layers.1.mlp.down_proj.weight"

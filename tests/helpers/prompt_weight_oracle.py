@@ -1,6 +1,7 @@
-"""Independent oracles of the prompt weights, written from their descriptions with exact fractions (not from
-`ordergrad_trl.core.prompt_weights`): CurveRL's histogram over a run of batches, the stateless weights' formulas, and
-what an engine (verl, SkyRL) must return for consecutive batches of rows grouped by uid."""
+"""Independent oracles of the prompt weights, written from their descriptions with exact fractions.
+
+Not derived from `ordergrad_trl.core.prompt_weights`: CurveRL's histogram over a run of batches, the stateless
+weights' formulas, and what an engine (verl, SkyRL) must return for consecutive batches of rows grouped by uid."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fractions import Fraction
 
 import torch
 
-from plan_cases import trl_path
+from helpers.plan_cases import trl_path
 
 
 def oracle_run(batches, window):
