@@ -135,3 +135,18 @@ def test_driver_summarizes_the_crossover_folder(tmp_path):
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "**Pre-registered crossover**" in result.stdout and f"4 of {4 * len(cx.SEEDS)} units in" in result.stdout
+
+
+def test_the_preregistration_is_unchanged_and_every_unit_ran_at_its_commit():
+    """The plan is frozen once a unit ran: its text hashes as at 90c2c9e, the commit every unit must record."""
+    import hashlib
+
+    results = (REPO / "docs" / "results.md").read_text()
+    start = results.index("### Pre-registration: the crossover on `digits20`")
+    end = min(i for i in (results.find("<!-- crossover:start -->", start), results.index("\n## ", start)) if i > 0)
+    digest = hashlib.sha256(results[start:end].rstrip("\n").encode()).hexdigest()
+    assert digest == "ca42e850c595e839a5839643d4691a699bc1059dfcdbd706dfdb6dccf54194ad"
+    assets = REPO / "studies" / "assets" / "compare_crossover"
+    commits = {json.loads(p.read_text())["commit"] for p in assets.glob("*.json")}
+    assert commits <= {"90c2c9e8890364886a9847c6d658ed7b625cadd7"}, commits
+    assert (cx.FIRST_SEED, cx.NUM_SEEDS, cx.ARMS) == (40, 20, ("max2", "max8", "maxrl", "curverl"))  # as the plan says
