@@ -122,3 +122,19 @@ def test_stock_grpo_trainer_control(vllm_model_dir, tmp_path):
     # ... which the OrderGrad test's oracle tells apart from OrderGrad's
     assert any(any(abs(a - b) > 1e-3 for a, b in zip(got, brute_force_advantages(rewards, WEIGHTS)))
                for rewards, got in groups)  # fmt: skip
+
+
+def test_refill_draws_its_extra_rounds_from_the_engine_with_one_weight_sync_per_step(vllm_model_dir, tmp_path):
+    """`ordergrad_dynamic_sampling='refill'` through vLLM colocate: each extra round is one more engine call, and TRL
+    syncs the engine once per optimizer step, so the rounds of a step all come from the same policy version."""
+    result = train_through_vllm("refill", vllm_model_dir, tmp_path)
+    assert result["global_step"] == 2 and result["changed"]
+    rounds = [h["ordergrad/dynamic_sampling/rounds"] for h in result["log_history"]
+              if "ordergrad/dynamic_sampling/rounds" in h]  # fmt: skip
+    assert len(rounds) == 2 and max(rounds) > 1, rounds  # ReMax at K=4 over 6 rollouts leaves groups empty
+    assert result["trace"]["generate_calls"] == sum(rounds)  # every round's rollouts came from the engine
+    syncs = {s["step"]: s for s in result["trace"]["syncs"]}
+    assert sorted(syncs) == [0, 1], syncs.keys()  # one sync per optimizer step: none between the rounds of a step
+    for sync in syncs.values():  # after each, the engine holds the policy (to bfloat16 rounding); a step whose
+        # batch had no non-empty group skipped its update, so a sync need not move anything
+        assert torch.all((sync["after"] - sync["policy"]).abs() <= BF16_EPS * sync["policy"].abs() + 1e-12)

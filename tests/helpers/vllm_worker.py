@@ -1,6 +1,6 @@
 """Worker for tests/test_vllm_cpu.py: 2 training steps through TRL's vLLM colocate generation, on CPU.
 
-Usage: python tests/helpers/vllm_worker.py {ordergrad,grpo} MODEL_DIR OUT_FILE
+Usage: python tests/helpers/vllm_worker.py {ordergrad,grpo,refill} MODEL_DIR OUT_FILE
 
 A script, not an in-process test: vLLM's engine sets up torch.distributed (external_launcher) and global state
 that must not leak into the test process, and its helper processes start with `spawn`, which re-imports
@@ -108,6 +108,10 @@ def main(kind: str, model_dir: str, out_file: str) -> None:
                   learning_rate=0.1, **VLLM_ARGS)  # fmt: skip
     if kind == "ordergrad":
         cls, args = RecordingTrainer, OrderGradConfig(**config, ordergrad_k=K, ordergrad_objective=OBJECTIVE)
+    elif kind == "refill":  # ReMax at K: a group with fewer than K failures is empty, so refill draws extra rounds
+        cls, args = RecordingTrainer, OrderGradConfig(**config, ordergrad_k=K, ordergrad_objective="ReMax",
+                                                      ordergrad_dynamic_sampling="refill", loss_type="dapo",
+                                                      ordergrad_dynamic_sampling_max_rounds=2)  # fmt: skip
     else:
         cls, args = grpo_trainer_cls(), GRPOConfig(**config)
     started = time.monotonic()
