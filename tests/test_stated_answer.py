@@ -45,3 +45,10 @@ def test_a_stated_answer_is_credited_and_a_wrong_one_is_not():
                             ("{expr} = {wrong}.", False), ("The answer is {wrong}, not {ans}", False)]:
         texts = [template.format(expr=e, ans=a, wrong=int(a) + 1) for e, a in PROBLEMS]
         assert score_completions(texts, golds) == [float(right)] * len(PROBLEMS), template
+
+
+def test_an_integer_gold_takes_a_number_and_other_golds_any_stated_form():
+    texts = ["\\boxed{\\frac{1}{2}}", "The answer is \\frac{1}{2}", "\\boxed{0.5}", "\\boxed{2\\sqrt{3}}",
+             "\\boxed{\\frac{54}{2}}", "\\boxed{27}", "\\boxed{27.0}"]
+    golds = ["0.5", "0.5", "\\frac{1}{2}", "2\\sqrt{3}", "27", "27", "27"]
+    assert score_completions(texts, golds) == [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0]

@@ -33,7 +33,7 @@ the next. Time-outs and unscorable items are reported per item (the statuses), l
 Pitfalls handled (each has a test): `verify(gold, pred)` is gold first; bare MATH answers are wrapped in `$..$`
 (unwrapped, 51/500 MATH-500 golds parse to nothing); the prediction is what the completion states: the last
 `\\boxed{}`, else an anchored "answer is ..." / "Answer: ...", else the text's last number literal, never an
-unanchored expression (a restated question scored as its own answer); a numeric gold takes a number only; GSM8K golds come
+unanchored expression (a restated question scored as its own answer); an integer gold takes a number only; GSM8K golds come
 from `ordergrad_trl.tasks.sets.gsm8k_gold`. POSIX only (fd passing, `signal.alarm`); the pool size falls back to
 `os.cpu_count()` where
 `os.sched_getaffinity` is missing (macOS).
@@ -119,6 +119,7 @@ def _worker_main(fd: int) -> None:
     pred_config = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False),
                    ExprExtractionConfig(try_extract_without_anchor=False)]
     number = re.compile(r"(?:(?<![\w)])-)?\d+(?:,\d{3})*(?:\.\d+)?")  # a literal; "-" only as a sign
+    integer = re.compile(r"-?\d+(?:,\d{3})*")  # (a decimal gold such as 0.5 may be answered \frac{1}{2})
     parsed_golds: OrderedDict = OrderedDict()  # gold -> parsed, successes only
 
     def seconds(window: float, budget: float) -> int:  # whole seconds left in this window, minus the margin
@@ -138,8 +139,8 @@ def _worker_main(fd: int) -> None:
         try:
             p = parse(pred, extraction_config=pred_config, parsing_timeout=seconds(window, budget))
             literal = number.fullmatch(str(p[-1]).replace("\\$", "").strip(" $.")) if p else None
-            if p and number.fullmatch(str(g[-1]).strip(" $")) and not literal:
-                p = []  # a numeric gold takes a number, never an expression such as the question restated
+            if p and integer.fullmatch(str(g[-1]).strip(" $")) and not literal:
+                p = []  # an integer gold takes a number, never an expression such as the question restated
             elif not p and (found := number.findall(pred)):  # nothing stated: the text's last number (GSM8K-style)
                 p = parse(f"${found[-1].replace(',', '')}$", parsing_timeout=seconds(window, budget))
             ok = bool(p) and verify(g, p, timeout_seconds=seconds(window, budget))  # gold first: verify is asymmetric
