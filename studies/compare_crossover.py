@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from compare_headtohead import verdict
+from compare_headtohead import clause, primary_tests
 from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, write_report
-from compare_seed_level import detectable, stable
+from compare_seed_level import stable
 from compare_summary import check_units, load_units
-from ordergrad_trl.core.stats import bootstrap_ci, holm, seed_t_test
+from ordergrad_trl.core.stats import bootstrap_ci
 
 FIRST_SEED, NUM_SEEDS = 40, 20
 SEEDS = tuple(range(FIRST_SEED, FIRST_SEED + NUM_SEEDS))
@@ -97,14 +97,7 @@ def crossover(assets: Path, repro_dir: Path | None = None) -> dict:
     if not complete or len(done) < 2:
         report["interim"] = {"seeds": len(done)}  # no mean either: nothing is read before every unit is in
         return report
-    tests = {n: seed_t_test(torch.tensor(v, dtype=torch.float64)) for n, v in values.items()}
-    adjusted = dict(zip(tests, holm([t["p"] for t in tests.values()])))
-    level = 1 - ALPHA / len(ENDPOINTS)  # the interval that goes with Holm's first step (Bonferroni)
-    report["tests"] = {n: {**t, "p_holm": adjusted[n], "verdict": verdict(t["mean"], adjusted[n]),
-                           "ci_adjusted": seed_t_test(torch.tensor(values[n], dtype=torch.float64), level)["ci"],
-                           "ci_adjusted_level": level, "above": sum(v > 0 for v in values[n]),
-                           "detectable": detectable(t["sd"], t["n"], ALPHA / len(ENDPOINTS), POWER)}
-                       for n, t in tests.items()}  # fmt: skip
+    report["tests"] = primary_tests(values, ALPHA, POWER)
     report["crossover_shown"] = all(report["tests"][n]["verdict"] == "confirmed" for n in ("i", "ii"))
     report["reproduction_check"] = repro_check(units, repro_dir or assets.parent / f"{assets.name}_repro", commits)
     return report
@@ -112,13 +105,7 @@ def crossover(assets: Path, repro_dir: Path | None = None) -> dict:
 
 def _clause(name: str, t: dict) -> str:
     _, arm, minus, k = next(e for e in ENDPOINTS if e[0] == name)
-    a, b, x = LABEL[arm], LABEL[minus], f"{stable(100 * abs(t['mean'])):.1f} points"
-    ci = f"[95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (Holm p = {t['p_holm']:.2g})"
-    if t["verdict"] == "confirmed":
-        return f"{a}'s pass@{k} was {x} above {b}'s {ci}"
-    if t["verdict"] == "reversed":
-        return f"{a}'s pass@{k} was {x} below {b}'s, the reverse of the tested direction {ci}"
-    return f"{a}'s pass@{k} over {b}'s was not confirmed: {_pts(t['mean'])} points {ci}"
+    return clause(LABEL[arm], LABEL[minus], k, t)
 
 
 def readme_sentence(r: dict) -> str:

@@ -47,6 +47,19 @@ def verdict(mean: float, p_holm: float, alpha: float = ALPHA) -> str:
     return "not confirmed"
 
 
+def primary_tests(values: dict[str, list[float]], alpha: float = ALPHA, power: float = POWER) -> dict:
+    """Per endpoint (its per-seed values): the one-sample t test, Holm over the endpoints, the verdict, the
+    Bonferroni interval that goes with Holm's first step, the seeds above 0 and the detectable effect."""
+    tests = {n: seed_t_test(torch.tensor(v, dtype=torch.float64)) for n, v in values.items()}
+    adjusted = dict(zip(tests, holm([t["p"] for t in tests.values()])))
+    level = 1 - alpha / len(values)
+    return {n: {**t, "p_holm": adjusted[n], "verdict": verdict(t["mean"], adjusted[n], alpha),
+                "ci_adjusted": seed_t_test(torch.tensor(values[n], dtype=torch.float64), level)["ci"],
+                "ci_adjusted_level": level, "above": sum(v > 0 for v in values[n]),
+                "detectable": detectable(t["sd"], t["n"], alpha / len(values), power)}
+            for n, t in tests.items()}  # fmt: skip
+
+
 def _endpoint_values(units: dict, seeds: list[int]) -> dict[str, list[float]]:
     return {name: [pass_at_k(units[f"{arm}-s{s}"], k) - pass_at_k(units[f"{minus}-s{s}"], k) for s in seeds]
             for name, arm, minus, k in ENDPOINTS}  # fmt: skip
@@ -108,14 +121,7 @@ def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Pat
     if not complete or len(done) < 2:
         report["interim"] = {"pairs": len(done), "means": {n: sum(v) / len(v) if v else None for n, v in values.items()}}
         return report
-    tests = {n: seed_t_test(torch.tensor(v, dtype=torch.float64)) for n, v in values.items()}
-    adjusted = dict(zip(tests, holm([t["p"] for t in tests.values()])))
-    level = 1 - ALPHA / len(ENDPOINTS)  # the interval that goes with Holm's first step (Bonferroni)
-    report["tests"] = {n: {**t, "p_holm": adjusted[n], "verdict": verdict(t["mean"], adjusted[n]),
-                           "ci_adjusted": seed_t_test(torch.tensor(values[n], dtype=torch.float64), level)["ci"],
-                           "ci_adjusted_level": level, "above": sum(v > 0 for v in values[n]),
-                           "detectable": detectable(t["sd"], t["n"], ALPHA / len(ENDPOINTS), POWER)}
-                       for n, t in tests.items()}  # fmt: skip
+    report["tests"] = primary_tests(values)
     if replication_dir and replication_dir.is_dir():
         old_units = load_units(replication_dir)
         old = [s for s in sorted({u["seed"] for u in old_units.values() if u["seed"] is not None})
@@ -150,7 +156,12 @@ def between_sets(*sets: tuple[dict, list[int], dict]) -> dict:
 
 def _clause(name: str, t: dict) -> str:
     _, arm, minus, k = next(e for e in ENDPOINTS if e[0] == name)
-    a, b, x = LABEL[arm], LABEL[minus], f"{stable(100 * abs(t['mean'])):.1f} points"
+    return clause(LABEL[arm], LABEL[minus], k, t)
+
+
+def clause(a: str, b: str, k: int, t: dict) -> str:
+    """One endpoint's README clause, `a`'s pass@k minus `b`'s, worded by its verdict."""
+    x = f"{stable(100 * abs(t['mean'])):.1f} points"
     ci = f"[95% CI {_pts(t['ci'][0])}, {_pts(t['ci'][1])}] (Holm p = {t['p_holm']:.2g})"
     if t["verdict"] == "confirmed":
         return f"{a}'s pass@{k} was {x} above {b}'s {ci}"
