@@ -78,7 +78,6 @@ def crossover(assets: Path, repro_dir: Path | None = None) -> dict:
     if units:
         check_units(units)
     done = [s for s in SEEDS if all(f"{arm}-s{s}" in units for arm in ARMS)]
-    values = _values(units, done)
     commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
     complete = all(s in done or s in gave_up for s in SEEDS)
     report = {
@@ -88,15 +87,15 @@ def crossover(assets: Path, repro_dir: Path | None = None) -> dict:
         "units": {"expected": len(expected), "present": sum(u in units for u in expected),
                   "missing": [u for u in expected if u not in units],
                   "outside_the_design": sorted(u for u in units if u not in expected)},
-        "commits": commits, "failures": failures, "missing_seeds": gave_up,
-        "per_seed": [{"seed": s, **{f"{a} pass@{k}": pass_at_k(units[f"{a}-s{s}"], k) for a in ARMS
-                                    for k in (1, 2, 8, 16)}, **{n: values[n][i] for n, *_ in ENDPOINTS}}
-                     for i, s in enumerate(done)],
-        "complete": complete,
+        "commits": commits, "failures": failures, "missing_seeds": gave_up, "complete": complete,
     }  # fmt: skip
     if not complete or len(done) < 2:
-        report["interim"] = {"seeds": len(done)}  # no mean either: nothing is read before every unit is in
+        report["interim"] = {"seeds": len(done)}  # no value at all, not even per seed, until every unit is in
         return report
+    values = _values(units, done)
+    report["per_seed"] = [{"seed": s, **{f"{a} pass@{k}": pass_at_k(units[f"{a}-s{s}"], k) for a in ARMS
+                                         for k in (1, 2, 8, 16)}, **{n: values[n][i] for n, *_ in ENDPOINTS}}
+                          for i, s in enumerate(done)]  # fmt: skip
     report["tests"] = primary_tests(values, ALPHA, POWER)
     report["crossover_shown"] = all(report["tests"][n]["verdict"] == "confirmed" for n in ("i", "ii"))
     report["reproduction_check"] = repro_check(units, repro_dir or assets.parent / f"{assets.name}_repro", commits)

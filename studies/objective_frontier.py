@@ -1,12 +1,17 @@
 """The pass@k frontier: where each trained objective lands at every k, and what it costs at the others.
 
     python studies/objective_frontier.py        # -> studies/assets/objective_frontier.{md,json,png}
-                                                #    and the table of docs/choosing-an-objective.md
+                                                #    and the table of docs/choosing-an-objective.md;
+                                                #    studies/assets/objective_frontier_digits20.* once complete
 
 Reads the committed units of the comparisons (the folders in `SOURCES`, under `studies/assets/`) and reports, for
 every arm, pass@k and pass^k at k = 1..16 with seed-level 95% t intervals, and paired differences between arms.
 A unit's value at k is the mean over its held-out problems of the U-statistics 1 - C(n-c,k)/C(n,k) (pass@k) and
 C(c,k)/C(n,k) (pass^k) of a problem's c correct of n samples (`compare_summary.curves`).
+
+Panels. Each task is its own frontier (`PANELS`): `digits` from the first comparisons, `digits20` from the
+pre-registered crossover, whose panel is written only once every unit of that study is in (nothing of it is read
+before, docs/results.md). A panel's differences subtract its reference arm (RLOO on `digits`, Max@2 on `digits20`).
 
 Pooling. A *set* is one arm's units run at one commit (each unit records the commit it ran at): a curve pools the
 seeds of one set and nothing else. Units without a recorded commit (seeds 0-2) are listed and left out. Two sets of
@@ -31,11 +36,13 @@ from ordergrad_trl.core.stats import seed_t_test
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 SOURCES = ("compare_objectives", "compare_objectives_replication", "compare_objectives_headtohead")
+CROSSOVER = "compare_crossover"  # digits20's units: a pre-registered study, shown only once complete
+PANELS = {"digits": SOURCES, "digits20": (CROSSOVER,)}  # task -> the unit folders of its frontier
 REPROS = {"compare_objectives_repro": "compare_objectives",  # rerun folder -> the folder of the units it reran
           "compare_objectives_replication_repro": "compare_objectives_replication",
           "compare_objectives_headtohead_repro": "compare_objectives_replication"}  # fmt: skip
 # Which arm of a pair is subtracted: the earlier here (RLOO, the expected reward, first: "X minus RLOO").
-REFERENCE_ORDER = ("rloo", "grpo", "max8", "maxrl", "top2of4", "min4")
+REFERENCE_ORDER = ("rloo", "grpo", "max2", "max8", "maxrl", "top2of4", "min4")
 METRICS = ("pass@k", "pass^k")
 SHOWN = (1, 2, 4, 8, 16)  # the k of the tables; the JSON and the figure have every k
 
@@ -120,7 +127,7 @@ def _difference(a: str, b: str, sets: dict, values: dict, checks: list[dict]) ->
     return entry
 
 
-def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
+def frontier(assets: Path = ASSETS, sources=SOURCES, task: str = "digits") -> dict:
     units = {(src, name): u for src in sources for name, u in load_units(assets / src).items()}
     if not units:
         raise ValueError(f"no units in {[str(assets / s) for s in sources]}")
@@ -141,19 +148,27 @@ def frontier(assets: Path = ASSETS, sources=SOURCES) -> dict:
     differences = [e for a, b in pairs if (e := _difference(a, b, sets, values, checks)) is not None]
     differences.sort(key=lambda e: (_reference_rank(sets[e["minus"]]["arm"]), e["seeds"][0],
                                     _reference_rank(sets[e["set"]]["arm"])))  # fmt: skip
-    return {"command": "python studies/objective_frontier.py", "sources": list(sources), "num_samples": n,
+    return {"command": "python studies/objective_frontier.py", "task": task, "sources": list(sources), "num_samples": n,
             "num_problems": len(next(iter(ids))), "ks": list(range(1, n + 1)), "units": len(units) - len(left_out),
-            "sets": sets, "main_sets": main_sets(sets, differences), "differences": differences,
+            "sets": sets, "reference": reference_arm(sets), "main_sets": main_sets(sets, differences),
+            "differences": differences,
             "reproduction_checks": checks, "left_out": left_out,
             "base": {m: base[m][0].tolist() for m in METRICS} if base else None}  # fmt: skip
 
 
+def reference_arm(sets: dict) -> str:
+    """The arm a panel's differences subtract: the first of `REFERENCE_ORDER` it has (RLOO where there is one)."""
+    return min((s["arm"] for s in sets.values()), key=_reference_rank)
+
+
 def main_sets(sets: dict, differences: list[dict]) -> dict[str, str]:
-    """Each arm's set for the figure: its most seeds among sets compared with RLOO (else its most seeds)."""
-    with_rloo = {e["set"] for e in differences if sets[e["minus"]]["arm"] == "rloo"}
+    """Each arm's set for the figure: its most seeds among sets compared with the reference arm (else its most
+    seeds)."""
+    ref = reference_arm(sets)
+    with_ref = {e["set"] for e in differences if sets[e["minus"]]["arm"] == ref}
 
     def rank(key: str) -> tuple:
-        return sets[key]["arm"] == "rloo" or key in with_rloo, len(sets[key]["seeds"]), -sets[key]["seeds"][0]
+        return sets[key]["arm"] == ref or key in with_ref, len(sets[key]["seeds"]), -sets[key]["seeds"][0]
 
     out = {}
     for key, s in sets.items():
@@ -196,7 +211,7 @@ def table(r: dict) -> str:
              "", f"Built by `{r['command']}` from the committed units in {', '.join(f'`studies/assets/{s}/`' for s in r['sources'])}. "
              "A set is one arm's units at one commit; sets are compared on their common seeds, paired by seed. Every "
              "interval is a seed-level 95% t interval, exploratory and unadjusted (the pre-registered tests are in "
-             "their own reports). One model (SmolLM2-135M-Instruct), one task (`digits`), 8 training steps.", "",
+             f"their own reports). One model (SmolLM2-135M-Instruct), one task (`{r['task']}`), 8 training steps.", "",
              "| set | arm | commit | seeds | units from |", "|---|---|---|---|---|"]  # fmt: skip
     for key, s in r["sets"].items():
         lines.append(f"| {key} | `{s['arm']}` | {s['commit'][:7]} | {_seeds(s['seeds'])} ({len(s['seeds'])}) | {s['source']}/ |")
@@ -225,8 +240,9 @@ def table(r: dict) -> str:
                      for k in SHOWN]  # fmt: skip
             lines.append(f"| {e['set']} - {e['minus']} | {_seeds(e['seeds'])} | {commits} | " + " | ".join(cells) + " |")
     side = ", ".join(f"{e['set']} - {e['minus']}" for e in head_to_head(r)[:1])
-    lines += ["", "Figure: `objective_frontier.png` (each arm's set in `main_sets` of the JSON: its most seeds among "
-              "the sets compared with RLOO" + (f"; right: the head-to-head {side}, on its own seeds" if side else "")
+    ref = "RLOO" if r["reference"] == "rloo" else f"`{r['reference']}`"
+    lines += ["", f"Figure: `{output_name(r['task'])}.png` (each arm's set in `main_sets` of the JSON: its most seeds "
+              f"among the sets compared with {ref}" + (f"; right: the head-to-head {side}, on its own seeds" if side else "")
               + ")."]  # fmt: skip
     return "\n".join(lines)
 
@@ -294,7 +310,7 @@ def plot(r: dict, path: Path) -> bool:
         label = f"{arm} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})"
         most = len(s["seeds"]) == max(len(sets[k]["seeds"]) for k in r["main_sets"].values())
         line, band = dict(color=colors[arm], marker=".", linewidth=2.2 if most else 1.1), 0.15 if most else 0.06  # fewer seeds: fainter
-        d = next((e for e in r["differences"] if e["set"] == key and sets[e["minus"]]["arm"] == "rloo"), None)
+        d = next((e for e in r["differences"] if e["set"] == key and sets[e["minus"]]["arm"] == r["reference"]), None)
         for col, m in enumerate(METRICS):
             _curve(axes[0, col], ks, s[m], band, label=label, **line)
             if d:
@@ -304,7 +320,8 @@ def plot(r: dict, path: Path) -> bool:
             axes[0, col].plot(ks, [100 * v for v in r["base"][m]], color="black", linestyle="--", label="base model")
     for col, m in enumerate(METRICS):
         axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
-        axes[1, col].set_ylabel(f"{m} minus RLOO at the same seeds\n(points, paired 95% t CI, exploratory)")
+        ref = "RLOO" if r["reference"] == "rloo" else r["reference"]
+        axes[1, col].set_ylabel(f"{m} minus {ref} at the same seeds\n(points, paired 95% t CI, exploratory)")
     axes[0, 0].legend(loc="lower right", fontsize=8, title="arm (its set)")
     for e in side:
         for key in (e["set"], e["minus"]):
@@ -326,7 +343,7 @@ def plot(r: dict, path: Path) -> bool:
     for ax in axes[1]:
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xlabel("k")
-    fig.suptitle(f"Each objective's pass@k frontier: SmolLM2-135M-Instruct, digits, 8 steps; {r['num_problems']} "
+    fig.suptitle(f"Each objective's pass@k frontier: SmolLM2-135M-Instruct, {r['task']}, 8 steps; {r['num_problems']} "
                  f"problems x {r['num_samples']} samples")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -334,15 +351,37 @@ def plot(r: dict, path: Path) -> bool:
     return True
 
 
-def write(assets: Path = ASSETS, out: Path | None = None) -> dict:
-    """Writes `<out>.json`, `<out>.md` and `<out>.png` (default `studies/assets/objective_frontier.*`)."""
+def output_name(task: str, stem: str = "objective_frontier") -> str:
+    return stem if task == "digits" else f"{stem}_{task}"
+
+
+def withheld(assets: Path, task: str) -> str | None:
+    """Why a panel is not built yet (None: build it): a pre-registered study's panel waits for all of its units."""
+    if PANELS[task] != (CROSSOVER,):
+        return None
+    from compare_crossover import crossover  # studies/, beside this file
+
+    units = (r := crossover(assets / CROSSOVER))["units"]
+    return None if r["complete"] else (f"the {task} panel is withheld until the pre-registered crossover is complete "
+                                       f"({units['present']} of {units['expected']} units in; docs/results.md)")
+
+
+def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
+    """Writes each panel's `<out>.{json,md,png}` (`digits`; default `studies/assets/objective_frontier.*`) and
+    `<out>_<task>.*` (the others, once complete); returns the reports by task."""
     out = out or assets / "objective_frontier"
-    r = frontier(assets)
-    write_report(out, r, table(r))
-    plot(r, out.with_suffix(".png"))
+    reports = {}
+    for task, sources in PANELS.items():
+        if task != "digits" and (why := withheld(assets, task)):
+            print(why)
+            continue
+        r = reports[task] = frontier(assets, sources, task)
+        path = out.with_name(output_name(task, out.name))
+        write_report(path, r, table(r))
+        plot(r, path.with_suffix(".png"))
     if assets.resolve() == ASSETS:  # the committed units: the guide quotes them
-        update_guide(r)
-    return r
+        update_guide(reports["digits"])
+    return reports
 
 
 def main():

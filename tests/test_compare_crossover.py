@@ -57,6 +57,9 @@ def test_interim_reports_no_value_at_all(tmp_path):
     _write(assets, cx.SEEDS[:3], torch.Generator().manual_seed(0), skip=(f"maxrl-s{cx.SEEDS[2]}",))
     r = cx.summarize_crossover(assets)
     assert not r["complete"] and "tests" not in r and r["units"]["present"] == 11 and r["interim"] == {"seeds": 2}
+    assert "per_seed" not in r, "an interim report must hold no value, per seed or pooled"
+    written = (tmp_path / "compare_crossover.json").read_text()
+    assert "pass@" not in written.replace('"metric": "pass@', "") and '"i":' not in written
     md = (tmp_path / "compare_crossover.md").read_text()
     assert "Interim: 2 seeds complete" in md and "p =" not in md and "CI" not in md and "| seed |" not in md
 

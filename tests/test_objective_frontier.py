@@ -278,3 +278,50 @@ def test_the_guide_claims_nothing_beyond_what_was_measured():
            if e["set"] in (main["top2of4"], main["maxrl"]) and committed["sets"][e["minus"]]["arm"] == "rloo"}  # fmt: skip
     assert len(at2) == 2 and all(lo < 0 < hi for lo, hi in at2.values())  # nothing bought at k = 2
     assert "| best of 4 with a verifier |" in guide and "nothing detectable at k = 2" in guide
+
+
+def _crossover_units(folder: Path, skip: str | None = None) -> dict:
+    """The pre-registered crossover's 80 units (4 arms x seeds 40-59) on 12 problems, all at one commit."""
+    import compare_crossover
+
+    gen, counts, p = torch.Generator().manual_seed(5), {}, 12
+    folder.mkdir(parents=True)
+    for s in compare_crossover.SEEDS:
+        for i, arm in enumerate(compare_crossover.ARMS):
+            name = f"{arm}-s{s}"
+            if name != skip:
+                counts[name] = torch.randint(0, 10 + 2 * i, (p,), generator=gen).tolist()
+                unit = _unit(name, counts[name], "d" * 40)
+                unit["eval"].update(problem_ids=[f"q{j}" for j in range(p)], scored=[N] * p)
+                (folder / f"{name}.json").write_text(json.dumps(unit))
+    return counts
+
+
+def test_the_digits20_panel_is_withheld_until_the_crossover_is_complete(assets, capsys):
+    path, _ = assets
+    _crossover_units(path / "compare_crossover", skip="curverl-s59")
+    reports = objective_frontier.write(path)
+    assert list(reports) == ["digits"] and not list(path.glob("objective_frontier_digits20*"))
+    assert "withheld until the pre-registered crossover is complete (79 of 80 units in" in capsys.readouterr().out
+
+
+def test_the_complete_crossover_is_its_own_panel_with_max2_subtracted(assets):
+    path, _ = assets
+    counts = _crossover_units(path / "compare_crossover")
+    reports = objective_frontier.write(path)
+    digits, r = reports["digits"], reports["digits20"]
+    assert digits["task"] == "digits" and digits["reference"] == "rloo" and digits["units"] == 21  # unchanged
+    assert r["task"] == "digits20" and r["reference"] == "max2" and r["units"] == 80
+    assert sorted(s["arm"] for s in r["sets"].values()) == ["curverl", "max2", "max8", "maxrl"]
+    seeds = list(range(40, 60))
+    for arm, minus, k in (("max8", "max2", 8), ("curverl", "maxrl", 16), ("maxrl", "max8", 1)):
+        e = next(e for e in r["differences"] if r["sets"][e["set"]]["arm"] == arm and r["sets"][e["minus"]]["arm"] == minus)
+        per_seed = [_passes(counts[f"{arm}-s{s}"], k)["pass@k"] - _passes(counts[f"{minus}-s{s}"], k)["pass@k"]
+                    for s in seeds]  # fmt: skip
+        m, ci, p = _t(per_seed)
+        assert e["seeds"] == seeds and e["commits"] == "same"
+        assert e["pass@k"]["mean"][k - 1] == pytest.approx(m, abs=1e-12)
+        assert e["pass@k"]["ci"][k - 1] == pytest.approx(ci, abs=1e-9) and e["pass@k"]["p"][k - 1] == pytest.approx(p)
+    md = (path / "objective_frontier_digits20.md").read_text()
+    assert "one task (`digits20`)" in md and "compared with `max2`" in md
+    assert json.loads((path / "objective_frontier_digits20.json").read_text())["reference"] == "max2"
