@@ -257,6 +257,8 @@ HANDLERS = [
     (r"python benchmarks/maj_speed\.py$", check_script(["--quick"])),
     (r"python benchmarks/reward_speed\.py\b", check_script(["--items", "16"])),
     (r"python benchmarks/trainer_step\.py$", check_script(["--rounds", "1", "--steps", "2", "--warmup", "0"])),
+    (r"python benchmarks/unit_train_cost\.py$",
+     check_script(["--rounds", "1", "--steps", "2", "--model", "{tiny}"], r"\| step \| [\d.]+ \| [\d.]+ \|")),
     (r"python benchmarks/dynamic_sampling\.py$",
      check_script(["--steps", "1", "--model", "{tiny}", "--max-completion-length", "8", "--output_dir", "{tmp}"],
                   r"refill: [\d.]+ s over 1 steps")),
