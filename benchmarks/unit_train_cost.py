@@ -97,8 +97,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per run; the first is warm-up")
     parser.add_argument("--json", default=None, help="write the per-run step timings here")
     args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be >= 2: the first step of each run is warm-up")
+    if args.steps < 2 or args.rounds < 1:
+        parser.error(f"--steps must be >= 2 (the first step of each run is warm-up) and --rounds >= 1, got "
+                     f"--steps {args.steps} --rounds {args.rounds}")
     runs: dict[str, list[list[dict]]] = {"fp32": [], "bf16": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
