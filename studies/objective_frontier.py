@@ -150,7 +150,7 @@ def frontier(assets: Path = ASSETS, sources=SOURCES, task: str = "digits") -> di
                                     _reference_rank(sets[e["set"]]["arm"])))  # fmt: skip
     return {"command": "python studies/objective_frontier.py", "task": task, "sources": list(sources), "num_samples": n,
             "num_problems": len(next(iter(ids))), "ks": list(range(1, n + 1)), "units": len(units) - len(left_out),
-            "sets": sets, "reference": reference_arm(sets), "main_sets": main_sets(sets, differences),
+            "sets": sets, "reference": (ref := reference_arm(sets)), "main_sets": main_sets(sets, differences, ref),
             "differences": differences,
             "reproduction_checks": checks, "left_out": left_out,
             "base": {m: base[m][0].tolist() for m in METRICS} if base else None}  # fmt: skip
@@ -161,10 +161,9 @@ def reference_arm(sets: dict) -> str:
     return min((s["arm"] for s in sets.values()), key=_reference_rank)
 
 
-def main_sets(sets: dict, differences: list[dict]) -> dict[str, str]:
-    """Each arm's set for the figure: its most seeds among sets compared with the reference arm (else its most
-    seeds)."""
-    ref = reference_arm(sets)
+def main_sets(sets: dict, differences: list[dict], ref: str) -> dict[str, str]:
+    """Each arm's set for the figure: its most seeds among sets compared with the reference arm `ref` (else its
+    most seeds)."""
     with_ref = {e["set"] for e in differences if sets[e["minus"]]["arm"] == ref}
 
     def rank(key: str) -> tuple:
@@ -240,9 +239,8 @@ def table(r: dict) -> str:
                      for k in SHOWN]  # fmt: skip
             lines.append(f"| {e['set']} - {e['minus']} | {_seeds(e['seeds'])} | {commits} | " + " | ".join(cells) + " |")
     side = ", ".join(f"{e['set']} - {e['minus']}" for e in head_to_head(r)[:1])
-    ref = "RLOO" if r["reference"] == "rloo" else f"`{r['reference']}`"
     lines += ["", f"Figure: `{output_name(r['task'])}.png` (each arm's set in `main_sets` of the JSON: its most seeds "
-              f"among the sets compared with {ref}" + (f"; right: the head-to-head {side}, on its own seeds" if side else "")
+              f"among the sets compared with {_arm_label(r['reference'], '`')}" + (f"; right: the head-to-head {side}, on its own seeds" if side else "")
               + ")."]  # fmt: skip
     return "\n".join(lines)
 
@@ -320,8 +318,7 @@ def plot(r: dict, path: Path) -> bool:
             axes[0, col].plot(ks, [100 * v for v in r["base"][m]], color="black", linestyle="--", label="base model")
     for col, m in enumerate(METRICS):
         axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
-        ref = "RLOO" if r["reference"] == "rloo" else r["reference"]
-        axes[1, col].set_ylabel(f"{m} minus {ref} at the same seeds\n(points, paired 95% t CI, exploratory)")
+        axes[1, col].set_ylabel(f"{m} minus {_arm_label(r['reference'])} at the same seeds\n(points, paired 95% t CI, exploratory)")
     axes[0, 0].legend(loc="lower right", fontsize=8, title="arm (its set)")
     for e in side:
         for key in (e["set"], e["minus"]):
@@ -351,6 +348,10 @@ def plot(r: dict, path: Path) -> bool:
     return True
 
 
+def _arm_label(arm: str, quote: str = "") -> str:
+    return "RLOO" if arm == "rloo" else f"{quote}{arm}{quote}"
+
+
 def output_name(task: str, stem: str = "objective_frontier") -> str:
     return stem if task == "digits" else f"{stem}_{task}"
 
@@ -372,7 +373,7 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
     out = out or assets / "objective_frontier"
     reports = {}
     for task, sources in PANELS.items():
-        if task != "digits" and (why := withheld(assets, task)):
+        if why := withheld(assets, task):
             print(why)
             continue
         r = reports[task] = frontier(assets, sources, task)
