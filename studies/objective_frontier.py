@@ -2,7 +2,8 @@
 
     python studies/objective_frontier.py        # -> studies/assets/objective_frontier.{md,json,png}
                                                 #    and the table of docs/choosing-an-objective.md;
-                                                #    studies/assets/objective_frontier_digits20.* once complete
+                                                #    studies/assets/objective_frontier_digits20.* (and its
+                                                #    table in the guide, between its markers) once complete
 
 Reads the committed units of the comparisons (the folders in `SOURCES`, under `studies/assets/`) and reports, for
 every arm, pass@k and pass^k at k = 1..16 with seed-level 95% t intervals, and paired differences between arms.
@@ -250,19 +251,20 @@ GUIDE_MARKERS = ("<!-- frontier:start -->", "<!-- frontier:end -->")
 
 
 def guide_table(r: dict) -> str:
-    """The guide's table: each arm's main set minus RLOO at the same seeds, then the pairs of the other arms: their
-    main sets (e.g. MaxRL minus Max@8 at seeds 10-24), and two sets that are no arm's main set, run at one commit
-    (the head-to-head's, which has no RLOO arm)."""
+    """The guide's table: each arm's main set minus the panel's reference arm (RLOO; Max@2 on `digits20`) at the same
+    seeds, then the pairs of the other arms: their main sets (e.g. MaxRL minus Max@8 at seeds 10-24), and two sets
+    that are no arm's main set, run at one commit (the head-to-head's, which has no RLOO arm)."""
     from compare_objectives import ARMS  # each arm's recipe flags: how a user trains it
 
     main, arm = r["main_sets"], {key: s["arm"] for key, s in r["sets"].items()}
-    vs_rloo = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and arm[e["minus"]] == "rloo"]
+    vs_ref = [e for e in r["differences"] if main[arm[e["set"]]] == e["set"] and arm[e["minus"]] == r["reference"]]
     side = head_to_head(r)
-    others = [e for e in r["differences"] if e in side or (main[arm[e["set"]]] == e["set"] and main[arm[e["minus"]]]
-              == e["minus"] and not {arm[e["set"]], arm[e["minus"]]} & set(MEAN_ARMS))]  # fmt: skip
+    others = [e for e in r["differences"] if e not in vs_ref and (e in side or (
+              main[arm[e["set"]]] == e["set"] and main[arm[e["minus"]]] == e["minus"]
+              and not {arm[e["set"]], arm[e["minus"]]} & set(MEAN_ARMS)))]  # fmt: skip
     ks = [f"pass@{k}" for k in SHOWN] + ["pass^4"]
     lines = ["| arm (recipe flags) | minus | seeds | " + " | ".join(ks) + " |", "|---|---|---|" + "---|" * len(ks)]
-    for e in vs_rloo + others:
+    for e in vs_ref + others:
         a, b = arm[e["set"]], arm[e["minus"]]
         cells = [_cell(e[m]["mean"][k - 1], e[m]["ci"][k - 1], sign="+") for m, k in
                  [("pass@k", k) for k in SHOWN] + [("pass^k", 4)]]  # fmt: skip
@@ -271,13 +273,20 @@ def guide_table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def guide_markers(task: str) -> tuple[str, str]:
+    """A panel's table markers in the guide: `GUIDE_MARKERS` for `digits`, `<!-- frontier-<task>:... -->` else."""
+    return GUIDE_MARKERS if task == "digits" else tuple(m.replace("frontier:", f"frontier-{task}:") for m in GUIDE_MARKERS)
+
+
 def update_guide(r: dict, guide: Path = GUIDE) -> bool:
-    """Rewrites the table between the guide's markers (docs/choosing-an-objective.md) from the report."""
-    if not guide.exists():
+    """Rewrites the table between the guide's markers for the report's panel (docs/choosing-an-objective.md); False
+    where the guide has no such markers."""
+    markers = guide_markers(r["task"])
+    text = guide.read_text() if guide.exists() else ""
+    if not all(m in text for m in markers):
         return False
-    text = guide.read_text()
-    start, end = (text.index(m) for m in GUIDE_MARKERS)
-    guide.write_text(text[: start + len(GUIDE_MARKERS[0])] + "\n" + guide_table(r) + "\n" + text[end:])
+    start, end = (text.index(m) for m in markers)
+    guide.write_text(text[: start + len(markers[0])] + "\n" + guide_table(r) + "\n" + text[end:])
     return True
 
 
@@ -380,8 +389,8 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
         path = out.with_name(output_name(task, out.name))
         write_report(path, r, table(r))
         plot(r, path.with_suffix(".png"))
-    if assets.resolve() == ASSETS:  # the committed units: the guide quotes them
-        update_guide(reports["digits"])
+        if assets.resolve() == ASSETS:  # the committed units: the guide quotes them
+            update_guide(r)
     return reports
 
 
