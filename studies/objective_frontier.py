@@ -247,7 +247,6 @@ def table(r: dict) -> str:
 
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "choosing-an-objective.md"
-GUIDE_MARKERS = ("<!-- frontier:start -->", "<!-- frontier:end -->")
 
 
 def guide_table(r: dict) -> str:
@@ -274,8 +273,13 @@ def guide_table(r: dict) -> str:
 
 
 def guide_markers(task: str) -> tuple[str, str]:
-    """A panel's table markers in the guide: `GUIDE_MARKERS` for `digits`, `<!-- frontier-<task>:... -->` else."""
-    return GUIDE_MARKERS if task == "digits" else tuple(m.replace("frontier:", f"frontier-{task}:") for m in GUIDE_MARKERS)
+    """A panel's table markers in the guide: `<!-- frontier:start -->` for `digits`, `<!-- frontier-<task>:start -->`
+    for the others (and `:end`)."""
+    name = "frontier" if task == "digits" else f"frontier-{task}"
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+GUIDE_MARKERS = guide_markers("digits")
 
 
 def update_guide(r: dict, guide: Path = GUIDE) -> bool:
