@@ -197,6 +197,13 @@ def stable(x: float) -> float:
     return round(x, 9)
 
 
+def seed_span(seeds: list[int]) -> str:
+    """Seeds as a reader scans them: "10-24" for a run of consecutive seeds, else "0,3,7"."""
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
 def _pts(x: float, fmt: str) -> str:
     """x in points; a nonzero value that would round to 0.0 keeps two decimals (its sign is the point)."""
     x = stable(100 * x)

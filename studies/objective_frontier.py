@@ -31,8 +31,9 @@ from pathlib import Path
 import torch
 
 from compare_replication import rerun_result, write_report  # studies/, beside this file
-from compare_seed_level import stable
+from compare_seed_level import METRICS, seed_span, stable
 from compare_summary import check_counts, curves, load_units
+from frontier_plot import plot
 from ordergrad_trl.core.stats import seed_t_test
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -44,7 +45,6 @@ REPROS = {"compare_objectives_repro": "compare_objectives",  # rerun folder -> t
           "compare_objectives_headtohead_repro": "compare_objectives_replication"}  # fmt: skip
 # Which arm of a pair is subtracted: the earlier here (RLOO, the expected reward, first: "X minus RLOO").
 REFERENCE_ORDER = ("rloo", "grpo", "max2", "max8", "maxrl", "top2of4", "min4")
-METRICS = ("pass@k", "pass^k")
 SHOWN = (1, 2, 4, 8, 16)  # the k of the tables; the JSON and the figure have every k
 
 
@@ -177,12 +177,6 @@ def main_sets(sets: dict, differences: list[dict], ref: str) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: _reference_rank(kv[0])))
 
 
-def _seeds(seeds: list[int]) -> str:
-    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ",".join(map(str, seeds))
-
-
 def _num(x: float, sign: str) -> str:
     """Points with one decimal; a nonzero value that would print as 0.0 keeps two (-0.04, not -0.0)."""
     x = stable(100 * x)
@@ -214,7 +208,7 @@ def table(r: dict) -> str:
              f"their own reports). One model (SmolLM2-135M-Instruct), one task (`{r['task']}`), 8 training steps.", "",
              "| set | arm | commit | seeds | units from |", "|---|---|---|---|---|"]  # fmt: skip
     for key, s in r["sets"].items():
-        lines.append(f"| {key} | `{s['arm']}` | {s['commit'][:7]} | {_seeds(s['seeds'])} ({len(s['seeds'])}) | {s['source']}/ |")
+        lines.append(f"| {key} | `{s['arm']}` | {s['commit'][:7]} | {seed_span(s['seeds'])} ({len(s['seeds'])}) | {s['source']}/ |")
     if r["left_out"]:
         lines += ["", f"Left out ({len(r['left_out'])} units, no recorded commit or a dirty tree): "
                   + ", ".join(f"{e['source']}/{e['unit']}" for e in r["left_out"]) + "."]  # fmt: skip
@@ -238,7 +232,7 @@ def table(r: dict) -> str:
             commits = e["commits"] if e["commits"] == "same" else f"differ ({'linked by ' + e['linked_by'] if e['linked_by'] else 'not linked'})"
             cells = [_cell(e[m]["mean"][k - 1], e[m]["ci"][k - 1], sign="+") + f" {e[m]['above'][k - 1]}/{len(e['seeds'])}"
                      for k in SHOWN]  # fmt: skip
-            lines.append(f"| {e['set']} - {e['minus']} | {_seeds(e['seeds'])} | {commits} | " + " | ".join(cells) + " |")
+            lines.append(f"| {e['set']} - {e['minus']} | {seed_span(e['seeds'])} | {commits} | " + " | ".join(cells) + " |")
     side = ", ".join(f"{e['set']} - {e['minus']}" for e in head_to_head(r)[:1])
     lines += ["", f"Figure: `{output_name(r['task'])}.png` (each arm's set in `main_sets` of the JSON: its most seeds "
               f"among the sets compared with {_arm_label(r['reference'], '`')}" + (f"; right: the head-to-head {side}, on its own seeds" if side else "")
@@ -268,7 +262,7 @@ def guide_table(r: dict) -> str:
         cells = [_cell(e[m]["mean"][k - 1], e[m]["ci"][k - 1], sign="+") for m, k in
                  [("pass@k", k) for k in SHOWN] + [("pass^k", 4)]]  # fmt: skip
         flags = " ".join(ARMS.get(a, []))
-        lines.append(f"| `{a}` (`{flags}`) | `{b}` | {_seeds(e['seeds'])} ({len(e['seeds'])}) | " + " | ".join(cells) + " |")
+        lines.append(f"| `{a}` (`{flags}`) | `{b}` | {seed_span(e['seeds'])} ({len(e['seeds'])}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -291,73 +285,6 @@ def update_guide(r: dict, guide: Path = GUIDE) -> bool:
         return False
     start, end = (text.index(m) for m in markers)
     guide.write_text(text[: start + len(markers[0])] + "\n" + guide_table(r) + "\n" + text[end:])
-    return True
-
-
-def _curve(ax, ks, values: dict, alpha: float, band_color: str | None = None, **line) -> None:
-    """One curve in points (`values`' `mean` per k) and its 95% band (`ci`, when there is one; in the line's color
-    unless `band_color`)."""
-    ax.plot(ks, [100 * v for v in values["mean"]], **line)
-    if values["ci"]:
-        ax.fill_between(ks, *zip(*[(100 * lo, 100 * hi) for lo, hi in values["ci"]]),
-                        color=band_color or line.get("color"), alpha=alpha)  # fmt: skip
-
-
-def plot(r: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: no figure (pip install matplotlib)")
-        return False
-    ks, sets = r["ks"], r["sets"]
-    side = head_to_head(r)[:1]  # a third column: the head-to-head on its own seeds (it has no RLOO arm)
-    fig, axes = plt.subplots(2, 2 + len(side), figsize=(12 + 5.5 * len(side), 8.4), sharex=True)
-    colors = {arm: f"C{i}" for i, arm in enumerate(r["main_sets"])}
-    for arm, key in r["main_sets"].items():
-        s = sets[key]
-        label = f"{arm} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})"
-        most = len(s["seeds"]) == max(len(sets[k]["seeds"]) for k in r["main_sets"].values())
-        line, band = dict(color=colors[arm], marker=".", linewidth=2.2 if most else 1.1), 0.15 if most else 0.06  # fewer seeds: fainter
-        d = next((e for e in r["differences"] if e["set"] == key and sets[e["minus"]]["arm"] == r["reference"]), None)
-        for col, m in enumerate(METRICS):
-            _curve(axes[0, col], ks, s[m], band, label=label, **line)
-            if d:
-                _curve(axes[1, col], ks, d[m], band, **line)
-    if r["base"]:
-        for col, m in enumerate(METRICS):
-            axes[0, col].plot(ks, [100 * v for v in r["base"][m]], color="black", linestyle="--", label="base model")
-    for col, m in enumerate(METRICS):
-        axes[0, col].set_ylabel(f"{m} (%, 95% t CI over seeds)")
-        axes[1, col].set_ylabel(f"{m} minus {_arm_label(r['reference'])} at the same seeds\n(points, paired 95% t CI, exploratory)")
-    axes[0, 0].legend(loc="lower right", fontsize=8, title="arm (its set)")
-    for e in side:
-        for key in (e["set"], e["minus"]):
-            s = sets[key]
-            _curve(axes[0, 2], ks, s["pass@k"], 0.12, color=colors.get(s["arm"]), marker=".", linewidth=1.6,
-                   label=f"{s['arm']} (seeds {_seeds(s['seeds'])}, {s['commit'][:7]})")  # fmt: skip
-        for m, style in zip(METRICS, ("-", ":")):
-            _curve(axes[1, 2], ks, e[m], 0.15, band_color="gray", color="black", linestyle=style, marker=".", label=m)
-        a, b = sets[e["set"]]["arm"], sets[e["minus"]]["arm"]
-        axes[0, 2].set_title(f"Head-to-head, one commit: {a} and {b}", fontsize=10)
-        axes[0, 2].set_ylabel("pass@k (%, 95% t CI over seeds)")
-        axes[0, 2].legend(loc="lower right", fontsize=8)
-        axes[1, 2].set_ylabel(f"{a} minus {b}, same seeds\n(points, paired 95% t CI)")
-        axes[1, 2].legend(loc="upper right", fontsize=8)
-    for ax in axes.flat:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([1, 2, 4, 8, 16], ["1", "2", "4", "8", "16"])
-        ax.grid(alpha=0.3)
-    for ax in axes[1]:
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_xlabel("k")
-    fig.suptitle(f"Each objective's pass@k frontier: SmolLM2-135M-Instruct, {r['task']}, 8 steps; {r['num_problems']} "
-                 f"problems x {r['num_samples']} samples")  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
     return True
 
 
@@ -384,6 +311,7 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
     """Writes each panel's `<out>.{json,md,png}` (`digits`; default `studies/assets/objective_frontier.*`) and
     `<out>_<task>.*` (the others, once complete); returns the reports by task."""
     out = out or assets / "objective_frontier"
+    out.parent.mkdir(parents=True, exist_ok=True)
     reports = {}
     for task, sources in PANELS.items():
         if why := withheld(assets, task):
@@ -392,7 +320,7 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
         r = reports[task] = frontier(assets, sources, task)
         path = out.with_name(output_name(task, out.name))
         write_report(path, r, table(r))
-        plot(r, path.with_suffix(".png"))
+        plot(r, path.with_suffix(".png"), head_to_head(r)[:1], _arm_label(r["reference"]))
         if assets.resolve() == ASSETS:  # the committed units: the guide quotes them
             update_guide(r)
     return reports
