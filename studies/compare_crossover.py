@@ -116,6 +116,30 @@ def readme_sentence(r: dict) -> str:
             f"{c[0]}; {c[1]}. Against MaxRL, {c[2]}.")
 
 
+def endpoint_lines(r: dict) -> list[str]:
+    """One bullet per primary endpoint, every number of its test; docs/results.md quotes them verbatim."""
+    lines = []
+    for e in r["design"]["endpoints"]:
+        t, det = r["tests"][e["name"]], r["tests"][e["name"]]["detectable"]
+        lines.append(
+            f"- **({e['name']}) {e['arm']} - {e['minus']} on {e['metric']}** over {t['n']} seeds: mean "
+            f"{_pts(t['mean'])} points, 95% t CI [{_pts(t['ci'][0])}, {_pts(t['ci'][1])}], "
+            f"{t['ci_adjusted_level']:.1%} t CI [{_pts(t['ci_adjusted'][0])}, {_pts(t['ci_adjusted'][1])}], "
+            f"t = {t['t']:.2f}, p = {t['p']:.3g}, Holm p = {t['p_holm']:.3g}: **{t['verdict']}**; positive at "
+            f"{t['above']} of {t['n']} seeds; detectable effect (80% power at alpha {ALPHA / len(ENDPOINTS):.4f}, "
+            f"from the observed seed SD {stable(100 * det['sd']):.1f} points): {stable(100 * det['effect']):.1f} "
+            f"points ({stable(100 * det['effect_range'][0]):.1f} to {stable(100 * det['effect_range'][1]):.1f}).")
+    return lines
+
+
+def repro_line(r: dict) -> str:
+    check = r["reproduction_check"]
+    return (f"Reproduction check ({check['unit']} at a later commit): {check['status']}"
+            + (f" (same training trace: {check['same_training']}; pass@1 difference "
+               f"{_pts(check['pass_at_1_difference'])} points [{_pts(check['ci'][0])}, {_pts(check['ci'][1])}])"
+               if "ci" in check else "") + ".")  # fmt: skip
+
+
 def table(r: dict) -> str:
     des, units = r["design"], r["units"]
     eps = "; ".join(f"({e['name']}) {e['arm']} - {e['minus']} on {e['metric']}" for e in des["endpoints"])
@@ -135,22 +159,8 @@ def table(r: dict) -> str:
     for row in r["per_seed"]:
         cells = [f"{stable(100 * row[h]):.1f}" for h in head] + [_pts(row[n]) for n, *_ in ENDPOINTS]
         lines.append(f"| {row['seed']} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for e in des["endpoints"]:
-        t, det = r["tests"][e["name"]], r["tests"][e["name"]]["detectable"]
-        lines.append(f"- **({e['name']}) {e['arm']} - {e['minus']} on {e['metric']}** over {t['n']} seeds: mean "
-                     f"{_pts(t['mean'])} points, 95% t CI [{_pts(t['ci'][0])}, {_pts(t['ci'][1])}], "
-                     f"{t['ci_adjusted_level']:.1%} t CI [{_pts(t['ci_adjusted'][0])}, {_pts(t['ci_adjusted'][1])}], "
-                     f"t = {t['t']:.2f}, p = {t['p']:.3g}, Holm p = {t['p_holm']:.3g}: **{t['verdict']}**; positive at "
-                     f"{t['above']} of {t['n']} seeds; detectable effect (80% power at alpha {ALPHA / 3:.4f}, from the "
-                     f"observed seed SD {stable(100 * det['sd']):.1f} points): {stable(100 * det['effect']):.1f} points "
-                     f"({stable(100 * det['effect_range'][0]):.1f} to {stable(100 * det['effect_range'][1]):.1f}).")  # fmt: skip
-    check = r["reproduction_check"]
-    lines += ["", f"Reproduction check ({check['unit']} at a later commit): {check['status']}"
-              + (f" (same training trace: {check['same_training']}; pass@1 difference "
-                 f"{_pts(check['pass_at_1_difference'])} points [{_pts(check['ci'][0])}, {_pts(check['ci'][1])}])"
-                 if "ci" in check else "") + ".",
-              "", f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
+    lines += ["", *endpoint_lines(r), "", repro_line(r), "",
+              f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
     return "\n".join(lines)
 
 
