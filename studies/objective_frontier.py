@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -284,7 +285,9 @@ def update_guide(r: dict, guide: Path = GUIDE) -> bool:
     if not all(m in text for m in markers):
         return False
     start, end = (text.index(m) for m in markers)
-    guide.write_text(text[: start + len(markers[0])] + "\n" + guide_table(r) + "\n" + text[end:])
+    tmp = guide.with_name(f".{guide.name}.{os.getpid()}.tmp")  # replaced whole: a second run never reads half a page
+    tmp.write_text(text[: start + len(markers[0])] + "\n" + guide_table(r) + "\n" + text[end:])
+    os.replace(tmp, guide)
     return True
 
 
