@@ -73,14 +73,17 @@ def rerun_result(original: dict, rerun: dict) -> dict:
     return {"status": "passed" if differing == 0 else "failed", "problems_differing": differing}
 
 
+def replace_whole(path: Path, text: str) -> None:
+    """Writes `path` through a temporary file beside it: a reader, or a second run at once, never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_report(base: Path, report: dict, text: str) -> None:
-    """`<base>.json` and `<base>.md`, each replaced whole (a reader, or a second summarize at once, never sees half a
-    file), and the table printed."""
+    """`<base>.json` and `<base>.md`, each replaced whole, and the table printed."""
     for suffix, content in ((".json", json.dumps(report, indent=1)), (".md", text)):
-        path = base.with_name(base.name + suffix)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(content + "\n")
-        os.replace(tmp, path)
+        replace_whole(base.with_name(base.name + suffix), content + "\n")
     print(text)
 
 

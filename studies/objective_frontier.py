@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import torch
 
-from compare_replication import rerun_result, write_report  # studies/, beside this file
+from compare_replication import replace_whole, rerun_result, write_report  # studies/, beside this file
 from compare_seed_level import METRICS, seed_span, stable
 from compare_summary import check_counts, curves, load_units
 from frontier_plot import plot
@@ -285,9 +284,7 @@ def update_guide(r: dict, guide: Path = GUIDE) -> bool:
     if not all(m in text for m in markers):
         return False
     start, end = (text.index(m) for m in markers)
-    tmp = guide.with_name(f".{guide.name}.{os.getpid()}.tmp")  # replaced whole: a second run never reads half a page
-    tmp.write_text(text[: start + len(markers[0])] + "\n" + guide_table(r) + "\n" + text[end:])
-    os.replace(tmp, guide)
+    replace_whole(guide, text[: start + len(markers[0])] + "\n" + guide_table(r) + "\n" + text[end:])
     return True
 
 

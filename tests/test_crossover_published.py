@@ -81,11 +81,12 @@ def published_errors(report: dict, frontier: dict, results: str, readme: str, gu
     elif section[section.index(start) + len(start) : section.index(end)].strip() != of.guide_table(frontier):
         errors.append("guide: the digits20 table is not the frontier's")
     triples, ps = _held(report, frontier)
+    pairs = {(lo, hi) for _, lo, hi in triples}
     prose = _flat(section[: section.find(start)] + section[section.find(end) :]) if start in section else ""
     for where, text in (("results block", block), ("README bullet", bullet), ("guide section", prose)):
         errors += [f"{where}: {q} is not the report's" for q in re.findall(MEAN_CI, text) if q not in triples]
         errors += [f"{where}: [{lo}, {hi}] is not the report's" for lo, hi in re.findall(PAIR, text)
-                   if (lo, hi) not in {(a, b) for _, a, b in triples}]
+                   if (lo, hi) not in pairs]
         errors += [f"{where}: p = {p} is not the report's" for p in re.findall(P_VALUE, text) if p not in ps]
     return errors
 
@@ -123,7 +124,7 @@ def synthetic(tmp_path):
     r = json.loads(json.dumps(cx.crossover(tmp_path / "compare_crossover")))
     f = json.loads(json.dumps(of.frontier(tmp_path, of.PANELS["digits20"], "digits20")))
     e = f["differences"][0]
-    cost = f"{of._cell(e['pass@k']['mean'][0], e['pass@k']['ci'][0], '+')}"
+    cost = of._cell(e["pass@k"]["mean"][0], e["pass@k"]["ci"][0], "+")
     t = r["tests"]["iii"]
     results = "\n".join([f"{r['units']['present']} of {r['units']['expected']} units in.", cx.readme_sentence(r),
                          *cx.endpoint_lines(r), cx.repro_line(r), f"Its pass@1 cost: {cost} points (p = {t['p']:.2g})."])
