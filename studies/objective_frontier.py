@@ -64,11 +64,13 @@ def _t_columns(values: torch.Tensor) -> dict:
     return {"mean": values.mean(0).tolist(), "ci": [t["ci"] for t in tests] or None}
 
 
-def reproduction_checks(assets: Path, units: dict[str, dict]) -> list[dict]:
-    """Every committed rerun (`<folder>_repro/<unit>.json`) against the unit it reran: the same count on each
-    problem?"""
+def reproduction_checks(assets: Path, units: dict[str, dict], sources=SOURCES) -> list[dict]:
+    """Every committed rerun (`<folder>_repro/<unit>.json`) of a unit in `sources` against the unit it reran: the
+    same count on each problem?"""
     checks = []
     for folder, source in REPROS.items():
+        if source not in sources:  # another panel's rerun
+            continue
         for path in sorted((assets / folder).glob("*.json")):
             rerun = json.loads(path.read_text())
             original = units.get((source, rerun["unit"]))
@@ -140,7 +142,7 @@ def frontier(assets: Path = ASSETS, sources=SOURCES, task: str = "digits") -> di
         check_counts(u)
     (n,) = ns
     grouped, left_out, base = _group(units)
-    checks = reproduction_checks(assets, units)
+    checks = reproduction_checks(assets, units, sources)
     values = {key: _per_seed(us) for key, (_, us) in grouped.items()}  # {metric: (S, n)}, seeds ascending
     sets = {key: {"arm": us[0]["arm"], "commit": us[0]["commit"], "source": src, "seeds": [u["seed"] for u in us],
                   **{m: _t_columns(values[key][m]) for m in METRICS}} for key, (src, us) in grouped.items()}  # fmt: skip
@@ -212,7 +214,9 @@ def table(r: dict) -> str:
     if r["left_out"]:
         lines += ["", f"Left out ({len(r['left_out'])} units, no recorded commit or a dirty tree): "
                   + ", ".join(f"{e['source']}/{e['unit']}" for e in r["left_out"]) + "."]  # fmt: skip
-    lines += ["", "Reproduction checks (a committed unit rerun at another commit):", ""]
+    lines += ["", "Reproduction checks (a committed unit rerun at another commit):" if r["reproduction_checks"] else
+              "Reproduction checks: none in this panel's folders (a pre-registered study's own is in its report)."]
+    lines += [""] if r["reproduction_checks"] else []
     for c in r["reproduction_checks"]:
         what = (f"{(c['original_commit'] or 'unrecorded')[:10]} -> {(c['rerun_commit'] or 'unrecorded')[:10]}, "
                 f"{c['problems_differing']} problems differ" if "problems_differing" in c else c["why"])  # fmt: skip

@@ -247,7 +247,7 @@ HANDLERS = [
     (r"python benchmarks/grad_norms\.py\b", delegated("test_grad_norms")),
     (r"python studies/compare_objectives\.py$", delegated("test_compare_objectives")),
     (r"python studies/compare_objectives\.py --summarize"
-     r"( --assets_dir studies/assets/compare_objectives_(replication|headtohead))?$", check_summarize),
+     r"( --assets_dir studies/assets/compare_(objectives_(replication|headtohead)|crossover))?$", check_summarize),
     (r"python studies/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
     (r"python studies/objective_frontier\.py$", check_frontier),
     (r"python studies/task_calibration\.py$", check_calibration),

@@ -209,7 +209,7 @@ def test_the_guide_and_every_quoted_cost_are_the_committed_report():
         "guide outside its table": (guide[:start] + guide[end:]).replace(guide_section(guide), ""),
         "README caption": _segment(readme, "*SmolLM2-135M-Instruct", "## Installation"),
         "README replication": _segment(readme, "**Replication.**", "- **[Max@8 vs MaxRL]"),
-        "README head-to-head": _segment(readme, "- **[Max@8 vs MaxRL]", "- **Overhead**"),
+        "README head-to-head": _segment(readme, "- **[Max@8 vs MaxRL]", "- **[Scoring caveat]"),
         "results cost bullet": _segment(results, "- **Its cost, on the same 30 units**", "- **Scope.**"),
         "results maxrl bullet": _segment(results, "- **Exploratory arm `maxrl`**", "```text"),
         "results head-to-head frontier": _segment(results, "- **The rest of the frontier, same units**", "- **Pooled"),
@@ -280,3 +280,12 @@ def test_the_guide_claims_nothing_beyond_what_was_measured():
            if e["set"] in (main["top2of4"], main["maxrl"]) and committed["sets"][e["minus"]]["arm"] == "rloo"}  # fmt: skip
     assert len(at2) == 2 and all(lo < 0 < hi for lo, hi in at2.values())  # nothing bought at k = 2
     assert "| best of 4 with a verifier |" in guide and "nothing detectable at k = 2" in guide
+
+
+def test_a_panel_lists_only_its_own_reruns():
+    """The `digits20` panel does not list `digits`' reruns as "not available" (their units are in other folders)."""
+    units = {(src, name): u for src in objective_frontier.SOURCES
+             for name, u in objective_frontier.load_units(objective_frontier.ASSETS / src).items()}  # fmt: skip
+    own = objective_frontier.reproduction_checks(objective_frontier.ASSETS, units)
+    assert own and all(c["status"] != "not available" for c in own)
+    assert objective_frontier.reproduction_checks(objective_frontier.ASSETS, {}, ("compare_crossover",)) == []

@@ -23,7 +23,7 @@ def _flat(text: str) -> str:
 
 def _readme_reading() -> str:
     caption = README[README.index("*SmolLM2-135M-Instruct") : README.index("## Installation")]
-    bullet = README[README.index("- **Real LLM on CPU**") : README.index("- **Overhead**")]
+    bullet = README[README.index("- **Real LLM on CPU**") : README.index("- **[Scoring caveat]")]  # digits only
     return _flat(caption + " " + bullet)
 
 
