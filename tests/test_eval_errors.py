@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 
 from ordergrad_trl.evaluation.cli import command as main
@@ -228,6 +229,9 @@ def test_a_data_file_takes_only_split_labels(tmp_path, capsys):
 def test_a_bad_model_is_one_line_before_anything_loads(tmp_path, capsys, monkeypatch, make, want):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import: where an earlier test imported it, the Hub lookup would
+    # otherwise retry the network (about 45 s here) before failing the same way
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     model = make(tmp_path)
     msg = cli_error(capsys, ["run", "--backend", "hf", "--model", model, "--datasets", "arithmetic",
                              "--output_dir", str(tmp_path / "r")])
