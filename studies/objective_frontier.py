@@ -214,8 +214,10 @@ def table(r: dict) -> str:
     if r["left_out"]:
         lines += ["", f"Left out ({len(r['left_out'])} units, no recorded commit or a dirty tree): "
                   + ", ".join(f"{e['source']}/{e['unit']}" for e in r["left_out"]) + "."]  # fmt: skip
-    lines += ["", "Reproduction checks (a committed unit rerun at another commit):", ""] if r["reproduction_checks"] else \
-        ["", "Reproduction checks: none in this panel's folders (a pre-registered study's own is in its report)."]
+    if r["reproduction_checks"]:
+        lines += ["", "Reproduction checks (a committed unit rerun at another commit):", ""]
+    else:
+        lines += ["", "Reproduction checks: none in this panel's folders (a pre-registered study's own is in its report)."]
     for c in r["reproduction_checks"]:
         what = (f"{(c['original_commit'] or 'unrecorded')[:10]} -> {(c['rerun_commit'] or 'unrecorded')[:10]}, "
                 f"{c['problems_differing']} problems differ" if "problems_differing" in c else c["why"])  # fmt: skip
