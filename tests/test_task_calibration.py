@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "studies"))
 
 import task_calibration as cal  # noqa: E402
+from helpers.numbers import same_numbers  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 40
@@ -93,7 +94,7 @@ def test_the_committed_report_is_what_its_units_give():
     if not units.is_dir():
         pytest.skip("the calibration units are not committed yet")
     committed = json.loads((REPO / "studies" / "assets" / "digits20_calibration.json").read_text())
-    assert committed == json.loads(json.dumps(cal.calibrate(units)))
+    same_numbers(json.loads(json.dumps(cal.calibrate(units))), committed)  # the last bit is the machine's
     # issue 48's targets, "about 10-25%" at pass@1 and 40-60% at pass@8: each interval over problems meets its range
     ci = committed["base_pass_at_k_ci"]
     assert ci["1"][1] >= 0.10 and ci["1"][0] <= 0.25 and 0.40 <= committed["base_pass_at_k"]["8"] <= 0.60
