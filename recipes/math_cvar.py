@@ -55,12 +55,16 @@ from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, ra
 from ordergrad_trl.core.stats import bootstrap_ci
 from ordergrad_trl.tasks.data import get_math_set, load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
+from ordergrad_trl.tasks.reward_settings import reward_env_settings
 from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
+from ordergrad_trl.evaluation.errors import UsageError
+from ordergrad_trl.training.config_checks import DatasetTooSmall
 from ordergrad_trl.training.engine_guard import EngineMismatch
+from ordergrad_trl.training.output_dir import OutputDirError, lock_output_dir
 from ordergrad_trl.training.resolved_config import (
     RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
 )
-from ordergrad_trl.training.run_identity import RunIdentityError, check_run, field_defaults
+from ordergrad_trl.training.run_identity import DATA_GROUP, RunIdentityError, check_run, data_hashes, field_defaults
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -251,11 +255,16 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     # 4. The resolved settings: every one the user gave, the plan; saved with the run and beside each checkpoint
     groups = {"script": script_args, "training": training_args, "model": model_args}
     saver = SaveResolvedConfig(resolved_config(groups, training_args.ordergrad_plan))
+    saver.config[DATA_GROUP] = data_hashes(train=train_dataset, eval=eval_dataset)  # content, not only the path
     try:  # a resume continues its own run only; a new run never lands on another run's files
+        if training_args.process_index == 0:  # one writer per output_dir, held until this process ends
+            lock_output_dir(training_args.output_dir)
         training_args.resume_from_checkpoint = check_run(
             saver.config, training_args.output_dir, training_args.resume_from_checkpoint,
             script_args.overwrite_output_dir, training_args.process_index == 0, field_defaults(*groups.values()))
-    except RunIdentityError as err:
+        if training_args.process_index == 0:  # again: an overwrite moved the old folder aside, lock the new one
+            lock_output_dir(training_args.output_dir)
+    except (RunIdentityError, OutputDirError) as err:
         raise InputError(str(err)) from None
     saver.config["training"]["resume_from_checkpoint"] = training_args.resume_from_checkpoint
     settings = describe_settings(given or {}, groups)
@@ -276,7 +285,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         )
     except OSError as err:  # transformers: a Hub id that is unreachable or unknown, a folder that is no model
         raise InputError(f"model_name_or_path {model_args.model_name_or_path}: cannot load it ({err})") from None
-    except EngineMismatch as err:  # the launch asked for an engine the trainer did not build: a setting to fix
+    except (EngineMismatch, DatasetTooSmall) as err:  # a setting (or a data set) to fix, found at start-up
         raise InputError(str(err)) from None
     check_chat_template(trainer.processing_class, model_args.model_name_or_path)  # the prompts are chat messages
 
@@ -368,6 +377,7 @@ def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> 
             if unknown:
                 fail(f"--config {config}: unknown key(s) {', '.join(k[2:] for k in unknown)}")
             os.environ.update({str(k): str(v) for k, v in env.items()})
+            reward_env_settings()  # ORDERGRAD_REWARD_* may come from `env:`: checked now, not at the first reward
             parsed = parser.parse_args_into_dataclasses(args=argv[: at - 1] + argv[at + 1 :])
             check_inputs(*parsed)
     except ValueError as err:  # a bad setting, named by the config's checks (UsageError and InputError are ones)
@@ -392,6 +402,14 @@ if __name__ == "__main__":
         sys.exit(2)
     except FloatingPointError as err:  # training diverged (non-finite loss or weights): stopped, nothing saved
         sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {err}\n")
+        sys.exit(1)
+    except (OutputDirError, UsageError) as err:  # a link planted in output_dir while training ran; the safe writer
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {err}\n")
+        sys.exit(2)
+    except OSError as err:  # I/O while training or saving (a full disk, a quota): one line naming the file
+        where = f" ({err.filename})" if err.filename else ""
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {err.strerror or err}{where}; nothing after it was "
+                         "saved: free space or pick another output_dir, then resume from the last checkpoint\n")
         sys.exit(1)
     # The DDP wrapper (it holds the gloo group) sits in reference cycles; freed at interpreter teardown instead,
     # gloo's threads can abort the process ("terminate called without an active exception") after a good run.

@@ -18,6 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from .numerals import number_text
+
 __all__ = ["DataFileError", "read_rows", "rows_to_dataset", "scalar_text"]
 
 _INT64 = 2**63
@@ -115,7 +117,8 @@ def read_rows(path: str | Path, where: str | None = None) -> list[tuple[str, Any
 
 def scalar_text(value: Any) -> str:
     """The exact text of a JSON scalar: an integral number as its integer (`27.0` -> "27", any size), another
-    number as Python's float repr where float64 holds it exactly (`0.1` -> "0.1"), else its literal digits."""
+    number as the shortest digits of its float where float64 holds it exactly (`0.1` -> "0.1"), else its literal
+    digits; always positional (`1e-07` -> "0.0000001"), never exponent form."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -123,14 +126,14 @@ def scalar_text(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, Decimal):
-        if value.is_finite() and value == value.to_integral_value():
-            return str(int(value))
+        if not value.is_finite():
+            return str(value)
         as_float = float(value)
         if math.isfinite(as_float) and Decimal(repr(as_float)) == value:
-            return repr(as_float)
-        return str(value)
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
+            return number_text(as_float)  # the float's shortest digits: `0.10` -> "0.1"
+        return number_text(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return number_text(value)  # positional: `1e-07` would be scored as Euler's e minus 7
     return str(value)
 
 

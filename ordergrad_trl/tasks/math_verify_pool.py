@@ -100,7 +100,16 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
 
 
 def _worker_main(fd: int) -> None:
+    import importlib.util
+
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    # the worker runs outside the package (loaded by path), so its one sibling is loaded by path too
+    spec = importlib.util.spec_from_file_location("_ordergrad_numerals", os.path.join(os.path.dirname(__file__),
+                                                                                      "numerals.py"))
+    numerals = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(numerals)
+    positional = numerals.positional  # `1e-07` is read as `e - 7` by math-verify: golds and answers lose the e
 
     # math-verify reports its own time-outs only as a "Timeout during parsing/comparison" warning (returning []
     # or False): count those, and keep them out of the training logs
@@ -126,6 +135,7 @@ def _worker_main(fd: int) -> None:
         return max(1, int(budget - _MARGIN_S - (time.monotonic() - window)))
 
     def parse_gold(gold: str, budget: float) -> tuple[list, str]:
+        gold = positional(gold)
         wrapped = gold if re.search(r"(?<!\\)\$|\\boxed|\\\(|\\\[", gold) else f"${gold}$"  # \$ is a dollar sign
         before = timeouts[0]
         try:
@@ -136,6 +146,7 @@ def _worker_main(fd: int) -> None:
 
     def score(pred: str, g: list, window: float, budget: float) -> tuple[float, str]:
         before = timeouts[0]
+        pred = positional(pred)
         try:
             p = parse(pred, extraction_config=pred_config, parsing_timeout=seconds(window, budget))
             literal = number.fullmatch(str(p[-1]).replace("\\$", "").strip(" $.")) if p else None

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .math_verify_pool import score_completions
+from .numerals import number_text
 
 __all__ = ["REWARDS", "get_reward_funcs", "gold_text", "math_reward", "register_reward", "format_reward", "length_penalty", "score_completions"]
 
@@ -70,12 +71,13 @@ def _text(completion) -> str:
 
 def gold_text(answer, where: str = "the gold answer") -> str:
     """The gold `answer` as math-verify's text: a string as is, a finite int/float (AIME, AMC columns) as its
-    digits, None as "" (no gold: the completion is unscorable). Anything else -- a list, a dict, a bool, NaN --
-    raises `ValueError` naming `where` (the row): `str()` would turn `['25']` into a gold no answer equals."""
+    positional digits (`numerals.number_text`), None as "" (no gold: the completion is unscorable). Anything
+    else -- a list, a dict, a bool, NaN -- raises `ValueError` naming `where` (the row): `str()` would turn
+    `['25']` into a gold no answer equals."""
     if answer is None or isinstance(answer, str):
         return answer or ""
     if isinstance(answer, numbers.Real) and not isinstance(answer, bool) and math.isfinite(answer):
-        return str(answer)
+        return number_text(answer)  # positional: `str(1e-07)` is read by math-verify as e - 7
     raise ValueError(
         f"math_reward: {where} is a {type(answer).__name__} ({answer!r:.60}); a gold answer must be a string or "
         "a finite number: fix the dataset's `answer` column"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from .numerals import number_text
 from .prompts import last_boxed
 
 __all__ = [
@@ -60,7 +61,7 @@ def scalar_answer(value: Any) -> str | None:
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"the gold answer is {value}, not a finite number")
-        return str(int(value)) if value.is_integer() else repr(value)
+        return number_text(value)  # positional: `repr` writes 1e-07, which math-verify reads as e - 7
     return value.strip() or None
 
 

@@ -18,6 +18,7 @@ from ..core.plan import (
 from ..core.schedule import ObjectiveStage
 from .config_checks import (
     check_dynamic_sampling, check_fields_trl_reads, check_log_ks, check_vllm_version, explain_post_init_error,
+    warn_sparse_window, warn_unused_settings,
 )  # fmt: skip
 from .engine_guard import check_world_size
 from .launch_env import check_launch_environment
@@ -320,6 +321,8 @@ class OrderGradConfig(GRPOConfig):
         warn_about_eval_groups(self.ordergrad_plan, self.num_generations_eval)
         check_log_ks(self)
         check_dynamic_sampling(self)
+        warn_unused_settings(self)  # a setting given that nothing reads is said, not silently dropped
+        warn_sparse_window(self)  # CurveRL's bins emptier than its window can fill: groups with weight 0
 
     def ordergrad_ks(self, group_size: int) -> list[int]:
         """The k of the pass@k metrics logged for groups of `group_size` rollouts (ascending, each <= group_size)."""

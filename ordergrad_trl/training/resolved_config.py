@@ -110,11 +110,11 @@ class SaveResolvedConfig(TrainerCallback):
         self.config = config
 
     def write(self, folder: str | os.PathLike) -> Path:
+        from ..evaluation.safe_io import write_bytes_atomic  # the eval's writer: no link followed, temp then rename
+
         path = Path(folder) / RESOLVED_CONFIG
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")  # a reader never sees half a file
-        tmp.write_text(json.dumps(self.config, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        write_bytes_atomic(path, (json.dumps(self.config, indent=2, sort_keys=True) + "\n").encode())
         return path
 
     def on_train_begin(self, args, state, control, **kwargs):

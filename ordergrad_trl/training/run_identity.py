@@ -13,10 +13,13 @@ each `checkpoint-<step>/`. Before anything loads:
   optimizer...), so a field added later is covered without a list. A field the checkpoint's record lacks (added
   since) counts as differing unless its new value is its default.
 - `check_new_run` refuses a fresh run into an `output_dir` that holds another run's record (settings that differ
-  outside `RESUMABLE`) or its checkpoints, by name, unless `overwrite` is asked for: the old run is then moved
-  aside whole to `<output_dir>.replaced-<UTC time>` (as `ordergrad-eval --overwrite` does; nothing is deleted).
+  outside `RESUMABLE`), its checkpoints, or a model's weights without a record, by name, unless `overwrite` is
+  asked for: the old run is then moved aside whole to `<output_dir>.replaced-<UTC time>` (as
+  `ordergrad-eval --overwrite` does; nothing is deleted).
 
-Each refusal is a `RunIdentityError` (a ValueError): the recipe prints it as one line and exits 2.
+The record's `data` group (`data_hashes`) holds a hash of the data's rows, so the data set's content, not only its
+path, is part of the identity. Each refusal is a `RunIdentityError` (a ValueError): the recipe prints it as one
+line and exits 2.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ from typing import Any
 
 from .resolved_config import RESOLVED_CONFIG
 
-__all__ = ["RESUMABLE", "RunIdentityError", "check_new_run", "check_resume", "check_run", "differences",
-           "field_defaults", "resolve_checkpoint"]
+__all__ = ["DATA_GROUP", "RESUMABLE", "RunIdentityError", "check_new_run", "check_resume", "check_run", "data_hashes",
+           "differences", "field_defaults", "resolve_checkpoint"]
 
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# the files a saved model's weights are in: their presence means a model is there (sharded ones have an index)
+_WEIGHTS = frozenset({"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                      "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin"})
 _TRUE = {"true", "yes", "1", "last", "latest"}
 _FALSE = {"", "false", "no", "0", "none", "null"}
 
@@ -66,6 +72,26 @@ RESUMABLE: frozenset[str] = frozenset({
     "torch_empty_cache_steps",
 })
 _RESUMABLE_PREFIXES = ("hub_", "trackio_")
+
+
+DATA_GROUP = "data"  # the record's group of content hashes (`data_hashes`): the data, not only its path
+
+
+def data_hashes(**datasets) -> dict[str, str | None]:
+    """`{"<name>_sha256": hex}` of each dataset's rows (every column, in order; None for a dataset that is None):
+    what a run trained on, so that a resume or rerun after the file at the same path changed is refused."""
+    import hashlib
+
+    out = {}
+    for name, dataset in datasets.items():
+        if dataset is None:
+            out[f"{name}_sha256"] = None
+            continue
+        digest = hashlib.sha256()
+        for row in dataset:
+            digest.update(json.dumps(row, sort_keys=True, default=str).encode() + b"\n")
+        out[f"{name}_sha256"] = digest.hexdigest()
+    return out
 
 
 class RunIdentityError(ValueError):
@@ -107,6 +133,8 @@ def differences(old: dict, new: dict, defaults: dict[str, Any] | None = None) ->
         if resumable(name):
             continue
         if key not in before:
+            if key.startswith(f"{DATA_GROUP}."):  # a record from before the data's hash was kept: the path decides
+                continue
             if name in defaults and _same(json.loads(json.dumps(defaults[name], default=str)), value):
                 continue
             out.append(f"{key}: (not in the checkpoint's record) -> {_short(value)}")
@@ -208,12 +236,15 @@ def check_new_run(output_dir: str | os.PathLike, new: dict, overwrite: bool, mai
         return None
     record, checkpoints = out / RESOLVED_CONFIG, _checkpoints(out)
     changed: list[str] = []
+    unrecorded: list[str] = []
     if record.exists() or record.is_symlink():
         try:
             changed = differences(_read_json(record, f"output_dir {out}"), new, defaults)
         except RunIdentityError as err:
             changed = [str(err)]
-    if not changed and not checkpoints:
+    else:  # a model whose run kept no record (another tool's, or ours before it kept one): not ours to replace
+        unrecorded = sorted(p.name for p in out.iterdir() if p.name in _WEIGHTS)
+    if not changed and not checkpoints and not unrecorded:
         return None
     if overwrite:
         return _move_aside(out) if main_process else None
@@ -221,6 +252,9 @@ def check_new_run(output_dir: str | os.PathLike, new: dict, overwrite: bool, mai
     if changed:
         held.append(f"the record of a run with other settings ({'; '.join(changed[:8])}"
                     f"{f'; and {len(changed) - 8} more' if len(changed) > 8 else ''})")
+    if unrecorded:
+        held.append(f"a saved model ({', '.join(unrecorded)}) without the record ({RESOLVED_CONFIG}) that would "
+                    "say which settings trained it")
     if checkpoints:
         held.append(f"{len(checkpoints)} checkpoint(s) ({', '.join(p.name for p in checkpoints[-3:])})")
     raise RunIdentityError(
@@ -251,6 +285,12 @@ def check_run(record: dict, output_dir: str | os.PathLike, resume, overwrite: bo
     """The one hook for a training entry point, before the model loads: the checkpoint to resume from (its folder
     as a string, or None for a fresh run), once `check_resume` or `check_new_run` has passed for `record` (the new
     run's resolved config). RunIdentityError otherwise."""
+    from .output_dir import OutputDirError, refuse_links
+
+    try:
+        refuse_links(output_dir)  # before anything loads: a save would write through it
+    except OutputDirError as err:
+        raise RunIdentityError(str(err)) from None
     checkpoint = resolve_checkpoint(resume, output_dir)
     if checkpoint is not None:
         check_resume(checkpoint, record, defaults)

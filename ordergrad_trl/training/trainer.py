@@ -23,13 +23,16 @@ from trl.extras.profiling import profiling_context
 
 from ..core.advantage import _float64_device, lstat_value
 from ..core.plan import ObjectivePlan
+from ..tasks.reward_settings import reward_env_settings
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
 from .dynamic_sampling import DynamicSampling
+from .config_checks import check_dataset_size
 from .engine_guard import check_engine
 from .finite_guard import (
     StopOnNonFiniteWeights, check_finite_loss, check_finite_weights, check_reward_magnitudes, warn_if_overflowing,
 )  # fmt: skip
 from .objective_metrics import log_objective_per_reward
+from .output_dir import refuse_links
 from .passk import group_passk
 from .prompt_weights import attach_window, weigh_groups, window_of
 from .resolved_config import SaveResolvedConfig, resolved_config
@@ -144,6 +147,9 @@ class OrderGradTrainer(GRPOTrainer):
         if args.importance_sampling_level is None:  # resolved per trainer, so that copies of the config re-resolve
             args = copy.copy(args)
             args.importance_sampling_level = args.resolved_importance_sampling_level()
+        # before the model loads: a set smaller than one generation batch would train 0 steps and exit 0
+        check_dataset_size(args, kwargs.get("train_dataset", pargs[0] if pargs else None))
+        reward_env_settings()  # ORDERGRAD_REWARD_* set since import are checked now, not at the first reward call
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         check_engine(self)  # FSDP / DeepSpeed asked for but not built (accelerate's CPU fallback): refused, not DDP
         check_instance(self)  # the private instance attributes the trainer reads (trl_private.SEAMS)
@@ -202,9 +208,16 @@ class OrderGradTrainer(GRPOTrainer):
         saved model (main process): a final model says what trained it."""
         if not _internal_call:  # a checkpoint's weights were checked at that step's end (StopOnNonFiniteWeights)
             check_finite_weights(self, f"not saving to {output_dir or self.args.output_dir}")
+        if self.is_world_process_zero():  # transformers' writes follow links: none may be there
+            refuse_links(output_dir or self.args.output_dir)
         super().save_model(output_dir, _internal_call)
         if self.is_world_process_zero():
             self.ordergrad_saver.write(output_dir or self.args.output_dir)
+
+    def _save_checkpoint(self, model, trial):
+        if self.is_world_process_zero():  # a checkpoint folder (or a link in its place) must hold no link
+            refuse_links(self.args.output_dir)
+        return super()._save_checkpoint(model, trial)
 
     # ------------------------------------------------------------------------------------------ active objective
 
