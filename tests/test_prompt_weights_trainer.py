@@ -200,3 +200,23 @@ def test_per_reward_objectives_compose_with_a_prompt_weight(tiny_model_dir, tiny
             want += [a * w for a in brute_force_advantages(group, WEIGHTS)]
         assert call["advantages"] == pytest.approx(want, abs=1e-5)
     assert any(abs(a) > 0 for c in trainer.calls for a in c["advantages"])
+
+
+@pytest.mark.parametrize("window,steps,batch,warned", [(10, 8, 64, True), (10, 40, 64, False), (4, 100, 128, False),
+                                                        (2, 100, 64, True)])  # fmt: skip
+def test_curverl_warns_when_its_window_cannot_fill_its_bins(tmp_path, caplog, window, steps, batch, warned):
+    """The rule: min(W, max_steps - 1) x B < 2 (N - 1) = 30 at N = 16, B = generation batch / N prompts: 4 with a
+    batch of 64 (the digits20 crossover: min(10, 7) x 4 = 28, warned), 8 with 128 (4 x 8 = 32, not)."""
+    import logging
+
+    from ordergrad_trl import OrderGradConfig
+
+    with caplog.at_level(logging.WARNING, logger="ordergrad_trl.training.config"):
+        OrderGradConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=16,
+                        per_device_train_batch_size=batch, max_steps=steps, ordergrad_objective="Mean",
+                        ordergrad_k=1, ordergrad_prompt_weight="curverl",
+                        ordergrad_prompt_weight_window=window)  # fmt: skip
+    said = [r.getMessage() for r in caplog.records if "weight 0" in r.getMessage()]
+    assert bool(said) == warned, said
+    if warned:
+        assert "ordergrad_prompt_weight_window" in said[0] and "max_steps" in said[0]

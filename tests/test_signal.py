@@ -232,3 +232,30 @@ def test_a_run_without_scores_is_refused_by_name(tmp_path):
     done = run_cli("--from", str(tmp_path / "run"), cwd=tmp_path)
     assert done.returncode == 2 and "--from" in done.stderr and "score" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_every_documented_plan_command_runs_as_written(toy_run, tmp_path):
+    """Each `ordergrad-eval plan` of README.md and docs/ runs from outside the repo, through the console script:
+    `--from base_eval` reads a scored run (the toy run's), `--success_rates rates.txt` a file of rates; N and B
+    are the documented ones unless the toy pool (4 problems) is smaller than B."""
+    import shutil
+
+    from helpers.docs_commands import commands_in, doc_files
+
+    shutil.copytree(toy_run, tmp_path / "base_eval")
+    (tmp_path / "rates.txt").write_text("\n".join(str(x / 20) for x in range(21)) + "\n")
+    found = [c for doc in doc_files() for c in commands_in(doc) if c.argv[:2] == ("ordergrad-eval", "plan")]
+    assert len(found) >= 3, "the README and docs/evaluation.md show plan commands"
+    exe = shutil.which("ordergrad-eval")
+    assert exe is not None, "the console script is installed (pip install -e .)"
+    for command in found:
+        argv = list(command.argv[2:])
+        if "--from" in argv and "--prompts_per_step" in argv:  # the toy run has 4 problems
+            argv[argv.index("--prompts_per_step") + 1] = "2"
+        done = subprocess.run([exe, "plan", *argv], capture_output=True, text=True, cwd=tmp_path,
+                              env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+        assert done.returncode == 0, (command.text, done.stderr[-2000:])
+        assert "share with a gradient" in done.stdout
+        if "--output_dir" in argv:
+            saved = json.loads((tmp_path / argv[argv.index("--output_dir") + 1] / "plan.json").read_text())
+            assert saved["candidates"] and {"setting", "share_with_gradient", "snr"} <= set(saved["candidates"][0])

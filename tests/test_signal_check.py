@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "studies"))
 
 import signal_check  # noqa: E402
-from helpers.numbers import same_numbers  # noqa: E402
+from helpers.committed_numbers import same_numbers  # noqa: E402
 
 
 def test_the_committed_report_is_what_the_units_give():

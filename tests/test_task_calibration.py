@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "studies"))
 
 import task_calibration as cal  # noqa: E402
-from helpers.numbers import same_numbers  # noqa: E402
+from helpers.committed_numbers import same_numbers  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 40

@@ -147,8 +147,11 @@ def group_signal(plan: ObjectivePlan, p, *, stage: ObjectiveStage | None = None,
     m = n // b
     log_multinomial = math.lgamma(m + 1) - torch.lgamma(counts.to(torch.float64) + 1).sum(-1)  # (R,)
     log_b = _log_binomial(b, p)  # (b+1, P), -inf where impossible (p = 0 or 1): never multiplied by a count of 0
-    terms = torch.where(counts[:, :, None] > 0, counts[:, :, None] * log_b[None], 0.0)  # (R, b+1, P)
-    prob = torch.exp(log_multinomial[:, None] + terms.sum(1))  # (R, P)
+    if m == 1:  # one chunk: row r is the group with counts[r].argmax() successes, Binomial(N, p)
+        prob = torch.exp(log_b[counts.argmax(-1)])  # (R, P)
+    else:
+        terms = torch.where(counts[:, :, None] > 0, counts[:, :, None] * log_b[None], 0.0)  # (R, b+1, P)
+        prob = torch.exp(log_multinomial[:, None] + terms.sum(1))  # (R, P)
     g = (s1[:, None] * (1 - p[None, :]) - s0[:, None] * p[None, :]) / n  # (R, P)
     nonzero = (g.abs() > NONZERO_TOL).to(torch.float64)
     return GroupSignal(p, (prob * nonzero).sum(0), (prob * g).sum(0), (prob * g**2).sum(0))
