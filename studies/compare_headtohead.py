@@ -30,7 +30,7 @@ from compare_replication import (
 )  # fmt: skip
 from compare_seed_level import CEILING, detectable, random_effects, stable, welch_test
 from compare_summary import check_units, load_units
-from ordergrad_trl.core.stats import holm, seed_t_test
+from ordergrad_trl.core.stats import seed_t_test, seed_tests
 
 SEEDS = tuple(range(25, 40))
 ARMS = ("max8", "maxrl")
@@ -50,12 +50,8 @@ def verdict(mean: float, p_holm: float, alpha: float = ALPHA) -> str:
 def primary_tests(values: dict[str, list[float]], alpha: float = ALPHA, power: float = POWER) -> dict:
     """Per endpoint (its per-seed values): the one-sample t test, Holm over the endpoints, the verdict, the
     Bonferroni interval that goes with Holm's first step, the seeds above 0 and the detectable effect."""
-    tests = {n: seed_t_test(torch.tensor(v, dtype=torch.float64)) for n, v in values.items()}
-    adjusted = dict(zip(tests, holm([t["p"] for t in tests.values()])))
-    level = 1 - alpha / len(values)
-    return {n: {**t, "p_holm": adjusted[n], "verdict": verdict(t["mean"], adjusted[n], alpha),
-                "ci_adjusted": seed_t_test(torch.tensor(values[n], dtype=torch.float64), level)["ci"],
-                "ci_adjusted_level": level, "above": sum(v > 0 for v in values[n]),
+    tests = seed_tests(values, alpha)  # the one implementation, shared with `ordergrad-eval compare --groups`
+    return {n: {**t, "verdict": verdict(t["mean"], t["p_holm"], alpha), "above": sum(v > 0 for v in values[n]),
                 "detectable": detectable(t["sd"], t["n"], alpha / len(values), power)}
             for n, t in tests.items()}  # fmt: skip
 

@@ -65,6 +65,7 @@ ASSETS = REPO / "studies" / "assets" / "compare_objectives"
 REPLICATION = REPO / "studies" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
 HEADTOHEAD = REPO / "studies" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
 CROSSOVER = REPO / "studies" / "assets" / "compare_crossover"  # digits20: max2 / max8 / maxrl / curverl, pre-registered
+REFILL = REPO / "studies" / "assets" / "compare_refill"  # digits20: rloo / max2 / max8 / max8_refill, pre-registered
 ARMS = {
     "grpo": ["--ordergrad_estimator", "grpo", "--scale_rewards", "group"],
     "rloo": ["--ordergrad_objective", "Mean", "--ordergrad_k", "1"],
@@ -75,6 +76,10 @@ ARMS = {
     "maxrl": ["--ordergrad_estimator", "maxrl"],  # replication seeds (exploratory) and the head-to-head
     # CurveRL as published: grpo unscaled, CurveRL's prompt weight over a 10-batch window (docs/estimators.md)
     "curverl": ["--ordergrad_estimator", "grpo", "--scale_rewards", "none", "--ordergrad_prompt_weight", "curverl"],
+    # Max@8 with estimator-aware dynamic sampling: up to 3 extra generation rounds fill the batch with groups whose
+    # advantages are not all 0 (the refill study, docs/results.md)
+    "max8_refill": ["--ordergrad_objective", "ReMax", "--ordergrad_k", "8", "--ordergrad_dynamic_sampling", "refill",
+                    "--ordergrad_dynamic_sampling_max_rounds", "3"],
 }
 DEFAULT_ARMS = ("grpo", "rloo", "max8", "top2of4", "min4", "maxrl")  # the studies' arms: others run when named
 SEEDS = (0, 1, 2)  # also the seeds seen before the ten-seed run's primaries were chosen
@@ -127,7 +132,8 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
         run(cmd, work / "train.log", env)
     history = json.loads(state_file.read_text())["log_history"]
     keep = ("step", "reward", "reward_std", "grad_norm", "loss", "ordergrad/objective",
-            "ordergrad/frac_zero_adv_groups", "completions/mean_length")  # fmt: skip
+            "ordergrad/frac_zero_adv_groups", "completions/mean_length", "step_time",
+            "ordergrad/dynamic_sampling/rounds", "ordergrad/dynamic_sampling/groups_trained")  # fmt: skip
     steps = [{k: row[k] for k in keep if k in row} for row in history if "reward" in row]
     return str(model_dir), steps
 

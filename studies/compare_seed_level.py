@@ -16,7 +16,7 @@ from statistics import NormalDist
 
 import torch
 
-from ordergrad_trl.core.stats import detectable_effect, holm, seed_t_test
+from ordergrad_trl.core.stats import detectable_effect, seed_t_test, seed_tests
 
 METRICS = ("pass@k", "pass^k")
 CEILING = 0.98  # a baseline at or above this on an endpoint leaves an arm little room to gain there
@@ -157,9 +157,9 @@ def seed_level(summary: dict, baseline: str, alpha: float = 0.05, power: float =
                 unseen.append({"arm": arm, "metric": own[arm], "seeds": [common[i] for i in later],
                                **seed_t_test(d[later, j])})  # fmt: skip
     m = len(primaries)
-    for entry, adjusted in zip(primaries, holm([e["p"] for e in primaries])):
-        entry["p_holm"] = adjusted
-        entry["ci_adjusted"] = seed_t_test(torch.tensor(entry["per_seed"], dtype=torch.float64), level=1 - alpha / m)["ci"]
+    family = seed_tests({i: e["per_seed"] for i, e in enumerate(primaries)}, alpha)  # shared with `compare --groups`
+    for i, entry in enumerate(primaries):
+        entry["p_holm"], entry["ci_adjusted"] = family[i]["p_holm"], family[i]["ci_adjusted"]
         power_at = detectable(entry["sd"], entry["n"], alpha / m, power)
         entry["detectable"], entry["detectable_range"], entry["sd_ci"] = (power_at[k] for k in ("effect",
                                                                           "effect_range", "sd_ci"))  # fmt: skip

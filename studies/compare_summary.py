@@ -86,7 +86,9 @@ def objective_values(correct: torch.Tensor, n: int, objectives: list[tuple[str, 
 
 
 ARM_FLAGS = ("--ordergrad_objective", "--ordergrad_k", "--ordergrad_estimator", "--ordergrad_estimator_kwargs",
-             "--scale_rewards", "--ordergrad_prompt_weight", "--ordergrad_prompt_weight_window")  # what an arm may set
+             "--scale_rewards", "--ordergrad_prompt_weight", "--ordergrad_prompt_weight_window",
+             "--ordergrad_dynamic_sampling", "--ordergrad_dynamic_sampling_max_rounds")  # what an arm may set
+# (dynamic sampling chooses which groups train, not their advantages: the plan of an arm does not read it)
 
 
 def plan_of_flags(flags: list[str], n: int):

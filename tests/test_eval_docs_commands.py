@@ -25,7 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("ORDERGRAD_SHARED_DATA", REPO / ".." / "shared" / "data"))
-EVAL_ENTRY = re.compile(r"^(ordergrad-eval (run|generate|score|report)\b|"
+EVAL_ENTRY = re.compile(r"^(ordergrad-eval (run|generate|score|report|compare)\b|"
                         r"python (-m eval\.(run|generate|score|report)\b|benchmarks/eval_throughput\.py\b))")
 
 from helpers.docs_commands import commands_in, doc_files  # noqa: E402
@@ -105,6 +105,8 @@ def test_docs_list_the_eval_commands():
         "run", "generate", "score", "report", "run"]
     assert any(c.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 ordergrad-eval run") for c in evaluation)
     assert any(c.startswith("ordergrad-eval run --config my_eval.yaml") for c in evaluation)
+    assert any(c.startswith("ordergrad-eval compare") for c in evaluation)  # compare and a named protocol, run
+    assert any("--protocol deepseek_r1" in c for c in evaluation)
     assert any(c.startswith("python -m eval.run") for c in evaluation)  # the checkout's form is shown, and run
     for doc in doc_files():  # commands users copy must not depend on the repository root
         assert not re.search(r"^\s*(\S+=\S+ )*python eval/", (REPO / doc).read_text(), flags=re.M), doc

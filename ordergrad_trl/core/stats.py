@@ -3,10 +3,13 @@
 Two units of replication, two tools:
 
 - **Problems** (one model, P problems): `bootstrap_ci`, a percentile bootstrap of the mean over problems. Two
-  runs scored on the same problems are compared by bootstrapping their per-problem differences (paired).
+  runs scored on the same problems are compared by bootstrapping their per-problem differences (paired), and
+  tested by `sign_flip_pvalue`, the paired permutation test of those differences.
 - **Seeds** (S trained models per arm): the seed is the unit, since training noise is shared by every problem of
   a seed. `seed_t_test` gives a t interval and a two-sided p-value for the mean of per-seed (paired) differences,
-  `holm` adjusts a family of p-values, `detectable_effect` is the effect such a test detects with given power.
+  `holm` adjusts a family of p-values, `seed_tests` does both for a family (with the Bonferroni interval that goes
+  with Holm's first step: `ordergrad-eval compare --groups` and the studies' drivers), `detectable_effect` is the
+  effect such a test detects with given power.
   `resample_means` bootstraps seeds and problems together (a secondary view: with few seeds its seed part is
   crude, as it resamples only S values).
 
@@ -27,6 +30,8 @@ __all__ = [
     "percentile_interval",
     "resample_means",
     "seed_t_test",
+    "seed_tests",
+    "sign_flip_pvalue",
     "t_cdf",
     "t_ppf",
 ]
@@ -74,6 +79,53 @@ def bootstrap_ci(
         means[:, s : s + step] = (filled @ counts) / (okf @ counts)
     low, high = percentile_interval(means.T, level, nan=True)  # (M,), (M,)
     return (low[0], high[0]) if squeeze else (low, high)
+
+
+EXACT_SIGN_FLIPS = 16  # up to 2^16 sign patterns are enumerated; more nonzero differences are sampled
+TIE_TOLERANCE = 1e-9  # relative to sum |d|: a pattern whose |sum| equals the observed one in exact arithmetic ties
+
+
+def sign_flip_pvalue(diffs: torch.Tensor, num_samples: int = 10_000, seed: int = 0) -> tuple[torch.Tensor, list[bool]]:
+    """Two-sided paired permutation (sign-flip) test of mean difference = 0, per metric.
+
+    Under the null each problem's difference d_i is as likely to be -d_i (the two runs are exchangeable within a
+    problem), so the p-value is P(|sum_i s_i d_i| >= |sum_i d_i|) over independent uniform signs s_i. Zero and NaN
+    (left-out) differences change no sum, so a metric with m nonzero differences has 2^m equally likely sums:
+    enumerated exactly when m <= `EXACT_SIGN_FLIPS`, else `num_samples` random sign vectors (seeded, shared by all
+    metrics) give the Monte Carlo p-value (1 + #{as extreme}) / (1 + B), which is never 0 and is valid at any B.
+
+    Args:
+        diffs: `(M, P)` per-problem paired differences of M metrics (or `(P,)`); NaN = problem left out.
+
+    Returns:
+        (p-values `(M,)` (a scalar for 1-D input), per metric whether it was exact).
+    """
+    d = torch.as_tensor(diffs, dtype=torch.float64)
+    squeeze = d.dim() == 1
+    d = d[None] if squeeze else d
+    if d.dim() != 2:
+        raise ValueError(f"diffs must have shape (P,) or (M, P), got {tuple(d.shape)}")
+    if not (isinstance(num_samples, int) and num_samples >= 1):
+        raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    filled = d.nan_to_num(0.0)  # (M, P): a left-out problem adds 0 to every signed sum
+    observed = filled.sum(1).abs()  # (M,)
+    tol = TIE_TOLERANCE * filled.abs().sum(1)  # (M,) float rounding of equal sums in another order stays inside
+    nonzero = filled != 0
+    exact = [int(row.sum()) <= EXACT_SIGN_FLIPS for row in nonzero]
+    p = torch.empty(len(d), dtype=torch.float64)
+    if not all(exact):
+        gen = torch.Generator().manual_seed(seed)
+        signs = torch.randint(2, (num_samples, d.shape[1]), generator=gen, dtype=torch.float64) * 2 - 1  # (B, P)
+        extreme = ((signs @ filled.T).abs() >= observed - tol).sum(0)  # (M,)
+        p[:] = (1 + extreme) / (1 + num_samples)
+    for j, small in enumerate(exact):
+        if small:
+            values = filled[j][nonzero[j]]  # (m,)
+            m = len(values)
+            bits = (torch.arange(2**m)[:, None] >> torch.arange(m)) & 1  # (2^m, m): every sign pattern once
+            sums = ((bits * 2 - 1).double() @ values).abs()  # (2^m,)
+            p[j] = (sums >= observed[j] - tol[j]).double().mean()
+    return (p[0], exact[0]) if squeeze else (p, exact)
 
 
 def percentile_interval(draws: torch.Tensor, level: float = 0.95, nan: bool = False) -> torch.Tensor:
@@ -174,6 +226,25 @@ def seed_t_test(diffs, level: float = 0.95) -> dict:
         t = mean / se
         p = 2 * (1 - t_cdf(abs(t), n - 1))
     return {"mean": mean, "sd": sd, "n": n, "df": n - 1, "ci": [mean - half, mean + half], "t": t, "p": p}
+
+
+def seed_tests(values, alpha: float = 0.05, level: float = 0.95) -> dict:
+    """A family of seed-level tests: `seed_t_test` of each entry's per-seed values, Holm over the family.
+
+    Args:
+        values: {name: per-seed values (e.g. paired differences arm(s) - baseline(s)), at least 2 each}.
+        alpha: family-wise error rate of Holm.
+
+    Returns:
+        {name: seed_t_test's keys, `p_holm`, and `ci_adjusted`: the t interval at level 1 - alpha/m (Bonferroni
+        over the m entries; it excludes 0 only where Holm's first step rejects), `ci_adjusted_level`}.
+    """
+    tests = {name: seed_t_test(torch.tensor(v, dtype=torch.float64), level) for name, v in values.items()}
+    adjusted = dict(zip(tests, holm([t["p"] for t in tests.values()])))
+    adjusted_level = 1 - alpha / max(len(values), 1)
+    return {name: {**t, "p_holm": adjusted[name], "ci_adjusted_level": adjusted_level,
+                   "ci_adjusted": seed_t_test(torch.tensor(values[name], dtype=torch.float64), adjusted_level)["ci"]}
+            for name, t in tests.items()}
 
 
 def holm(pvalues) -> list[float]:

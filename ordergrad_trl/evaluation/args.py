@@ -65,6 +65,14 @@ def _datasets_help() -> str:
             "files.")
 
 
+def _protocol_help() -> str:
+    """`--protocol`'s help, from the registry of named protocols."""
+    from .protocols import PRESET_FIELDS, PROTOCOLS
+
+    return (f"Named evaluation protocol, one of {', '.join(PROTOCOLS)}: sets {', '.join(PRESET_FIELDS)} as published "
+            "(docs/evaluation.md cites each value); any of these flags given overrides its preset value.")
+
+
 @dataclass
 class PathArgs:
     """Arguments every stage takes."""
@@ -107,6 +115,7 @@ class GenerateArgs:
     top_k: int = field(default=0, metadata=_h("top_k", "Top-k sampling (0 = off)."))
     max_new_tokens: int = field(default=1024, metadata=_h("max_new_tokens", "Maximum completion length in tokens."))
     seed: int = field(default=0, metadata=_h("seed", "Sampling seed."))
+    protocol: str | None = field(default=None, metadata={"help": _protocol_help()})
     system_prompt: str | None = field(
         default=None, metadata={"help": "Optional system message (with --use_chat_template false: a plain-text "
                                         "prefix, a blank line before the user message)."}
@@ -258,6 +267,9 @@ def check_bounds(args, where: str = "") -> None:
 def validate_generate(args: GenerateArgs) -> None:
     """Flag-level checks of the generate stage, before any data or weights load."""
     check_types(args)
+    from .protocols import check_protocol
+
+    check_protocol(args.protocol)
     if args.backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
     checks = [

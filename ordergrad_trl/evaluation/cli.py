@@ -24,8 +24,11 @@ from .args import (
     check_types,
     check_value,
 )
+from .compare_args import CompareArgs, runs_as_flag
 from .errors import UsageError
+from .protocols import apply_protocol
 from .report_plan import plan_report
+from .signal_plan import PlanArgs
 
 __all__ = ["STAGES", "command", "main", "parse_stage_args", "stage_main"]
 
@@ -34,12 +37,16 @@ STAGES = {
     "generate": (GenerateArgs, PathArgs),
     "score": (ScoreArgs, PathArgs),
     "report": (ReportArgs, PathArgs),
+    "plan": (PlanArgs,),
+    "compare": (CompareArgs, ReportArgs, PathArgs),
 }
 _ABOUT = {
     "run": "generate, score and report in one go",
     "generate": "sample n completions per problem (resumable)",
     "score": "score the samples with the training reward (math-verify)",
     "report": "metrics with bootstrap CIs: report.json, report.md, passk.png",
+    "compare": "paired differences of runs: compare.json, compare.md, compare.png",
+    "plan": "before training: which K, estimator and prompt weight carry a signal at your N (plan.json)",
 }
 
 
@@ -62,9 +69,12 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
             raise UsageError(message)
 
     parser = Parser(STAGES[stage], prog=prog, description=_ABOUT[stage])
+    if stage == "compare":  # `compare BASE OTHER ...`: the leading words are the runs
+        argv = runs_as_flag(argv)
     argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
     if argv.count("--config") > 1:
         raise UsageError("--config is given more than once; pass one YAML file (flags override its values)")
+    config: dict = {}
     if "--config" in argv:
         at = argv.index("--config")
         if at + 1 >= len(argv):
@@ -87,15 +97,29 @@ def parse_stage_args(stage: str, argv: list[str], prog: str) -> tuple:
     *parsed, unknown = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}; see {prog} --help")
+    # --protocol fills the preset fields no flag (nor config key) gave: a flag given overrides its preset value
+    given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
+    given |= {g[3:] for g in given if g.startswith("no_")} | set(config)
     # the config's values are checked above: what fails here came from the command line; the report's flags are
     # parsed once, here, into the plan every later stage reads
     parsed = [plan_report(obj) if isinstance(obj, ReportArgs) else check_types(obj) or obj for obj in parsed]
+    parsed = [apply_protocol(obj, given) if isinstance(obj, GenerateArgs) else obj for obj in parsed]
     if any(isinstance(obj, ScoreArgs) for obj in parsed):  # the scorer's environment, before any work
         check_reward_env()
     return tuple(parsed)
 
 
 def _execute(stage: str, parsed: tuple) -> dict:
+    if stage == "compare":
+        from .compare import COMPARE_MD, run_compare
+
+        result = run_compare(*parsed)
+        print((Path(parsed[-1].output_dir).expanduser().resolve() / COMPARE_MD).read_text(encoding="utf-8"))
+        return result
+    if stage == "plan":
+        from .signal_plan import run_plan
+
+        return run_plan(*parsed)
     if stage == "generate":
         from .generate import generate
 
@@ -137,10 +161,10 @@ def command(argv: list[str] | None = None) -> dict | None:
     """`ordergrad-eval <stage> [flags]`, returning what the stage returns (None for --help)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in STAGES:
-        lines = ["usage: ordergrad-eval {run,generate,score,report} [flags]  (<stage> --help lists its flags)", ""]
+        lines = [f"usage: ordergrad-eval {{{','.join(STAGES)}}} [flags]  (<stage> --help lists its flags)", ""]
         lines += [f"  {name:<9} {about}" for name, about in _ABOUT.items()]
         if argv and argv[0] not in ("-h", "--help"):
-            print(f"ordergrad-eval: error: unknown stage {argv[0]!r}; choose from run, generate, score, report",
+            print(f"ordergrad-eval: error: unknown stage {argv[0]!r}; choose from {', '.join(STAGES)}",
                   file=sys.stderr)
             raise SystemExit(2)
         print("\n".join(lines), file=sys.stdout if argv else sys.stderr)

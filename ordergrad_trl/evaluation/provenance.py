@@ -47,8 +47,19 @@ def run_entry(args, source, fp: dict | None, tok) -> dict:
         template = json.dumps(template, sort_keys=True)
     prompt = {k: getattr(args, k) for k in PROMPT}
     prompt["chat_template_sha256"] = hashlib.sha256(template.encode()).hexdigest() if template else None
-    return {"schema": 1, "model": model, "prompt": prompt, "sampling": {k: getattr(args, k) for k in SAMPLING},
-            "datasets": {}}
+    sampling = {k: getattr(args, k) for k in SAMPLING}
+    return {"schema": 1, "model": model, "prompt": prompt, "sampling": sampling, "datasets": {},
+            "draws": _draws(args, {**prompt, **sampling})}
+
+
+def _draws(args, used: dict) -> dict:
+    """What the report's protocol header states and no resume check compares: the named protocol, the values
+    overridden from it, and the seed (a rerun may add samples under another seed: `check_or_replace` keeps all)."""
+    from .protocols import overrides
+
+    name = getattr(args, "protocol", None)
+    return {"protocol": name, "overrides": overrides(name, {**used, "num_samples": args.num_samples}),
+            "seeds": [args.seed]}
 
 
 def dataset_entry(name: str, args, problems: list[dict]) -> dict:
@@ -195,4 +206,10 @@ def check_or_replace(out: Path, new: dict, datasets: dict, overwrite: bool, veri
         dest = _move_aside(out)
         logger.warning("--overwrite: moved the earlier run (%s) to %s", "; ".join(changes), dest)
         old = None
-    return dict(new, datasets=dict(old["datasets"]) if old else {})
+    merged = dict(new, datasets=dict(old["datasets"]) if old else {})
+    if old and "draws" in new:  # the samples of every seed so far, scored by every grader so far (`protocol_header`)
+        seeds = [s for s in ((old.get("draws") or {}).get("seeds") or []) if s not in new["draws"]["seeds"]]
+        merged["draws"] = dict(new["draws"], seeds=seeds + new["draws"]["seeds"])
+        if "grader" in old:
+            merged["grader"] = old["grader"]
+    return merged

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import safe_io
 from .metrics import METRICS
+from .protocol_header import protocol_lines
 
 
 def _fmt(m: dict, pct: bool) -> str:
@@ -26,7 +27,7 @@ def _fmt(m: dict, pct: bool) -> str:
 def render_markdown(report: dict, binary_reward: bool) -> str:
     """report.md: per benchmark, the metric table over k (in % where the reward is 0/1), objectives, breakdowns."""
     cfg, settings = report["config"], report.get("generation") or {}
-    lines = ["# Evaluation report", ""]
+    lines = ["# Evaluation report", "", *protocol_lines(report.get("protocol"))]
     if settings.get("model") == "reference":
         lines.append("Samples: each problem's own reference solution (`--backend reference`). ")
     elif settings:

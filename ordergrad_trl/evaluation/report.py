@@ -27,6 +27,7 @@ from . import layout, metrics, records, safe_io
 from .args import PathArgs, ReportArgs
 from .errors import UsageError
 from .metric_inputs import MetricInputs, compute_metric
+from .protocol_header import protocol_header
 from .provenance import read_provenance
 from .render import plot, render_markdown
 from .report_plan import ObjectiveSpec, ReportPlan, RewardWeights, as_plan
@@ -184,6 +185,7 @@ def report(settings: ReportArgs | ReportPlan, paths: PathArgs) -> dict:
         "generation": _generation(provenance) if provenance else (json.loads(legacy.read_bytes()) if legacy.is_file()
                                                                    else None),
         "provenance": provenance,
+        "protocol": protocol_header(provenance) if provenance else None,  # the whole protocol, in one place
         "config": plan.config,
         "datasets": {},
     }

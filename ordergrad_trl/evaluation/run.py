@@ -25,6 +25,7 @@ from .args import (
 from .errors import UsageError
 from .generate import generate
 from .lock import writer_lock
+from .protocols import apply_protocol
 from .report import report
 from .report_plan import ReportPlan, as_plan
 from .score import score
@@ -83,7 +84,9 @@ def _split_options(options: dict, groups) -> list:
     # the command line's type checks (disable_tqdm="false" is not a bool, as --ks "4" is no list), the report's in
     # its one parse
     where = "evaluate(): "
-    return [as_plan(obj, where) if isinstance(obj, ReportArgs) else check_types(obj, where) or obj for obj in parsed]
+    parsed = [as_plan(obj, where) if isinstance(obj, ReportArgs) else check_types(obj, where) or obj for obj in parsed]
+    # protocol=...: its preset fills every preset field not passed as a keyword (a keyword overrides it)
+    return [apply_protocol(obj, options, where) if isinstance(obj, GenerateArgs) else obj for obj in parsed]
 
 
 def evaluate(model: str | None = None, *, output_dir: str | os.PathLike | None = None,

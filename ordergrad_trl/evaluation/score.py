@@ -25,6 +25,8 @@ from .args import PathArgs, ScoreArgs, validate_score
 from .errors import UsageError
 from .lock import acquire, writer_lock
 from .progress import progress
+from .protocol_header import grader_entry
+from .provenance import write_provenance
 from .verify import check_run
 
 logger = logging.getLogger(__name__)
@@ -81,5 +83,10 @@ def score(args: ScoreArgs, paths: PathArgs) -> dict:
     out, dirs = layout.require_run(paths.output_dir, "score")
     with writer_lock(out, "score"):
         acquire(out)
-        check_run(out, "score")
-        return {d.name: score_dataset(d, args, paths.disable_tqdm) for d in dirs}
+        provenance = check_run(out, "score")
+        stats = {d.name: score_dataset(d, args, paths.disable_tqdm) for d in dirs}
+        if provenance:  # the grader's version joins the run's protocol header (`protocol_header`)
+            grader = grader_entry(provenance.get("grader"), args.reward_timeout_s)
+            if grader != provenance.get("grader"):
+                write_provenance(out, {k: v for k, v in dict(provenance, grader=grader).items() if k != "check"})
+        return stats
