@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from compare_headtohead import clause, primary_tests
-from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, write_report
+from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, resumed_units, write_report
 from compare_seed_level import stable
 from compare_summary import check_units, load_units
 from ordergrad_trl.core.stats import bootstrap_ci
@@ -88,6 +88,7 @@ def crossover(assets: Path, repro_dir: Path | None = None) -> dict:
                   "missing": [u for u in expected if u not in units],
                   "outside_the_design": sorted(u for u in units if u not in expected)},
         "commits": commits, "failures": failures, "missing_seeds": gave_up, "complete": complete,
+        "resumed": resumed_units(units, expected),
     }  # fmt: skip
     if not complete or len(done) < 2:
         report["interim"] = {"seeds": len(done)}  # no value at all, not even per seed, until every unit is in

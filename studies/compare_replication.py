@@ -179,7 +179,15 @@ def readme_sentence(r: dict) -> str:
 
 
 def _pts(x: float) -> str:
-    return f"{stable(100 * x):+.1f}"
+    """x in signed points; a nonzero value that would print as 0.0 keeps two decimals (-0.025: "-0.02", not "-0.0")."""
+    x = stable(100 * x)
+    return f"{x:+.2f}" if 0 < abs(x) < 0.05 else f"{x:+.1f}"
+
+
+def resumed_units(units: dict, expected) -> list[str]:
+    """The units resumed after an interruption: their model was trained in an earlier attempt, which the driver
+    reuses (`train_wall_s` 0: the recorded attempt only evaluated)."""
+    return sorted(u for u in expected if u in units and units[u].get("train_wall_s") == 0)
 
 
 def protocol_lines(r: dict) -> list[str]:
@@ -188,8 +196,12 @@ def protocol_lines(r: dict) -> list[str]:
                or any(c.endswith("+dirty") for c in r["commits"]) else "")  # fmt: skip
     fails = ", ".join(f"{f['unit']} ({f.get('error', 'no message')})" for f in r["failures"]) or "none recorded"
     missing = f" Seeds reported missing after {MAX_ATTEMPTS} failures: {r['missing_seeds']}." if r["missing_seeds"] else ""
-    return [f"- Units ran at: {', '.join(r['commits']) or '-'}.{commits}",
-            f"- Failed attempts (each is rerun at the same seed): {fails}.{missing}"]
+    lines = [f"- Units ran at: {', '.join(r['commits']) or '-'}.{commits}",
+             f"- Failed attempts (each is rerun at the same seed): {fails}.{missing}"]
+    if "resumed" in r:  # reports written before it was recorded do not list it
+        lines.append(f"- Units resumed after an interruption (trained in an earlier attempt, then evaluated): "
+                     f"{', '.join(r['resumed']) or 'none'}.")
+    return lines
 
 
 def table(r: dict) -> str:
