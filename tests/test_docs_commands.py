@@ -99,6 +99,7 @@ def check_recipe_launch(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     assert "after; change" in proc.stdout
     if not script_args:  # the quickstart: Top-2@4 over N=8, and which groups carry signal
         assert "only groups with 1 to 5 successes get a learning signal" in proc.stdout
+        assert "Learning is read from the paired eval change above" in proc.stdout  # not from the per-step reward
     assert (tmp_path / "out" / "model.safetensors").exists()
     state = json.loads((tmp_path / "out" / "trainer_state.json").read_text())  # the per-step log, no checkpoints
     assert [row["step"] for row in state["log_history"] if "reward" in row] == [1]
@@ -241,6 +242,7 @@ HANDLERS = [
     (r"(accelerate launch|torchrun)\b.* recipes/math_cvar\.py\b", check_recipe_launch),
     (r"trl vllm-serve\b", check_vllm_serve),
     (r"bash benchmarks/gpu_smoke\.sh$", check_gpu_smoke),
+    (r"ordergrad-eval plan\b", delegated("test_signal")),
     (r"(ordergrad-eval \w+|python (-m eval\.\w+|benchmarks/eval_throughput\.py))\b",
      delegated("test_eval_docs_commands")),
     (r"python benchmarks/trl_suite/run\.py\b", delegated("test_trl_suite")),
@@ -251,6 +253,8 @@ HANDLERS = [
     (r"python studies/compare_objectives\.py --units rloo-s40 --eval_backend (hf|vllm) ", check_unit_cost),
     (r"python studies/objective_frontier\.py$", check_frontier),
     (r"python studies/task_calibration\.py$", check_calibration),
+    (r"python studies/signal_check\.py$", delegated("test_signal_check")),
+    (r"python benchmarks/signal_plan\.py\b", check_script(["--repeats", "2", "--quick"], r"plan / baseline")),
     (r"python benchmarks/advantage_speed\.py$", check_script(["--repeats", "1", "--quick"], r"ours / GRPO")),
     (r"python benchmarks/table_build\.py$", check_script(["--repeats", "1", "--quick"], r"first / warm")),
     (r"python benchmarks/prompt_weight_speed\.py$", check_script(["--repeats", "3", "--quick"], r"curverl / none")),
@@ -339,7 +343,7 @@ def test_documented_command(cmd, tmp_path, tiny_model_dir):
 def test_parser_sees_what_a_reader_sees():
     readme = commands_in("README.md")
     assert [c.argv[-1] for c in readme if c.argv[:2] == ("python", "-m")] == ["-q"]
-    assert [c.argv[-1] for c in readme if c.argv[0] == "ordergrad-eval"] == ["runs/eval_cvar"]
+    assert [c.argv[-1] for c in readme if c.argv[0] == "ordergrad-eval"] == ["runs/eval_cvar", "plan"]
     assert any(c.argv[:2] == ("accelerate", "launch") and "--cpu" in c.argv for c in readme)
     server = [c for c in readme if c.argv[:2] == ("trl", "vllm-serve")]
     assert server and dict(server[0].env) == {"CUDA_VISIBLE_DEVICES": "0"}

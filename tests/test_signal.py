@@ -234,17 +234,26 @@ def test_a_run_without_scores_is_refused_by_name(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def documented():
+    """The `ordergrad-eval plan` commands of README.md and docs/ (tests/test_docs_commands.py delegates them here)."""
+    from helpers.docs_commands import commands_in, doc_files
+
+    return [c for doc in doc_files() for c in commands_in(doc) if c.argv[:2] == ("ordergrad-eval", "plan")]
+
+
 def test_every_documented_plan_command_runs_as_written(toy_run, tmp_path):
     """Each `ordergrad-eval plan` of README.md and docs/ runs from outside the repo, through the console script:
     `--from base_eval` reads a scored run (the toy run's), `--success_rates rates.txt` a file of rates; N and B
     are the documented ones unless the toy pool (4 problems) is smaller than B."""
     import shutil
 
-    from helpers.docs_commands import commands_in, doc_files
-
-    shutil.copytree(toy_run, tmp_path / "base_eval")
+    for command in documented():  # each --from names a scored eval run of the base model: the toy run's
+        if "--from" in command.argv:
+            where = tmp_path / command.argv[command.argv.index("--from") + 1]
+            if not where.exists():
+                shutil.copytree(toy_run, where)
     (tmp_path / "rates.txt").write_text("\n".join(str(x / 20) for x in range(21)) + "\n")
-    found = [c for doc in doc_files() for c in commands_in(doc) if c.argv[:2] == ("ordergrad-eval", "plan")]
+    found = documented()
     assert len(found) >= 3, "the README and docs/evaluation.md show plan commands"
     exe = shutil.which("ordergrad-eval")
     assert exe is not None, "the console script is installed (pip install -e .)"
