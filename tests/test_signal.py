@@ -268,3 +268,19 @@ def test_every_documented_plan_command_runs_as_written(toy_run, tmp_path):
         if "--output_dir" in argv:
             saved = json.loads((tmp_path / argv[argv.index("--output_dir") + 1] / "plan.json").read_text())
             assert saved["candidates"] and {"setting", "share_with_gradient", "snr"} <= set(saved["candidates"][0])
+
+
+def test_the_python_entry_point_is_the_command(tmp_path):
+    """`ordergrad_trl.evaluation.plan_settings(...)` gives plan.json's content; a bad keyword or value is a
+    UsageError naming it."""
+    from ordergrad_trl.evaluation import UsageError, plan_settings
+
+    rates = tmp_path / "r.txt"
+    rates.write_text("0.1\n0.4\n0.8\n")
+    got = plan_settings(success_rates=str(rates), num_generations=8, prompts_per_step=2, candidates=["ReMax@4"])
+    want = plan_signal(PlanArgs(success_rates=str(rates), num_generations=8, prompts_per_step=2, candidates=["ReMax@4"]))
+    assert got["candidates"] == want["candidates"] and "_p" not in got
+    with pytest.raises(UsageError, match="bogus"):
+        plan_settings(success_rates=str(rates), bogus=1)
+    with pytest.raises(UsageError, match="--num_generations"):
+        plan_settings(success_rates=str(rates), num_generations="8")

@@ -21,7 +21,10 @@ from .errors import MissingPathError, UsageError
 def __getattr__(name):
     if name == "evaluate":  # the stages import torch and the tasks: load them on first use
         return importlib.import_module(".run", __name__).evaluate
+    if name == "plan_settings":  # `ordergrad-eval plan` from Python (not `plan`: that module plans generation)
+        return importlib.import_module(".signal_plan", __name__).plan_settings
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["GenerateArgs", "MissingPathError", "PathArgs", "ReportArgs", "ScoreArgs", "UsageError", "evaluate"]
+__all__ = ["GenerateArgs", "MissingPathError", "PathArgs", "ReportArgs", "ScoreArgs", "UsageError", "evaluate",
+           "plan_settings"]
