@@ -53,7 +53,7 @@ def main() -> None:
     rates = torch.rand(args.problems, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(map(str, rates.tolist())))
-    print(f"| N | problems | plan (min s) | baseline: one advantage batch (min ms) | plan / baseline (median) |")
+    print("| N | problems | plan (min s) | baseline: one advantage batch (min ms) | plan / baseline (median) |")
     print("|---|---|---|---|---|")
     for n in (16,) if args.quick else (16, 64):
         plan_s, base_s, ratio = measure(n, args.problems, args.repeats, f.name)

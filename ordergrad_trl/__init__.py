@@ -3,12 +3,14 @@
 Layers, each a subpackage that imports only the layers below it (`tests/test_layout.py` checks it):
 
 - `core`: the math in pure torch (objectives, the objective plan, advantages, estimators, statistics); no TRL.
-- `training` (on `core`): the TRL integration (`OrderGradConfig`, `OrderGradTrainer`).
 - `tasks` (on `core`): the math task (datasets, the math-verify worker pool, rewards, the default model).
-- `evaluation` (on `core` and `tasks`): sampling, scoring and reports of checkpoints (`ordergrad-eval`).
+- `evaluation` (on `core` and `tasks`): sampling, scoring and reports of checkpoints (`ordergrad-eval`), and the run
+  files' safety (one writer per folder, no link followed, atomic replaces) that training reuses.
 - `integrations` (on `core` and `tasks`): other trainers, e.g. verl's advantage-estimator plugin.
+- `training` (on all of them but `integrations`): the TRL integration (`OrderGradConfig`, `OrderGradTrainer`); it
+  takes its output_dir's lock and safe writes from `evaluation` and checks the reward settings of `tasks` at start-up.
 
-The math reward reports its own time-outs through TRL's `log_metric`, so `training` needs nothing from `tasks`.
+The math reward reports its own time-outs through TRL's `log_metric`.
 """
 
 import importlib
@@ -21,7 +23,7 @@ _LAZY = {
     "rank_weights": ".core.objectives", "lstat_value": ".core.advantage", "lstat_advantage": ".core.advantage",
     "OrderGradConfig": ".training.config", "ObjectiveStage": ".core.schedule", "OrderGradTrainer": ".training.trainer",
 }  # fmt: skip
-_LAYERS = ("core", "training", "tasks", "evaluation", "integrations")
+_LAYERS = ("core", "tasks", "evaluation", "integrations", "training")
 
 __all__ = list(_LAZY)
 

@@ -39,11 +39,9 @@ which gives every group with 1 to 5 successes of 8 a signal. The script prints t
 for the chosen objective, and logs `ordergrad/frac_zero_adv_groups` each step.
 """
 
-import functools
 import gc
 import os
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,15 +50,17 @@ from transformers import TrainerCallback
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer, lstat_advantage, rank_weights
-from ordergrad_trl.core.stats import bootstrap_ci
 from ordergrad_trl.tasks.data import get_math_set, load_math_dataset
 from ordergrad_trl.tasks.models import resolve_default_model
 from ordergrad_trl.tasks.reward_settings import reward_env_settings
 from ordergrad_trl.tasks.rewards import REWARDS, get_reward_funcs
 from ordergrad_trl.evaluation.errors import UsageError
+from ordergrad_trl.evaluation.modeling import weights_problem
+from ordergrad_trl.training.checkpoint_checks import check_checkpoint
 from ordergrad_trl.training.config_checks import DatasetTooSmall
 from ordergrad_trl.training.engine_guard import EngineMismatch
 from ordergrad_trl.training.output_dir import OutputDirError, lock_output_dir
+from ordergrad_trl.training.reward_checks import RewardRangeError
 from ordergrad_trl.training.resolved_config import (
     RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, resolved_config,
 )
@@ -68,6 +68,7 @@ from ordergrad_trl.training.run_identity import DATA_GROUP, RunIdentityError, ch
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs): find the helpers beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+from math_cvar_eval import EvalRewards, learning_note  # noqa: E402
 from math_cvar_inputs import (  # noqa: E402
     InputError, check_chat_template, check_inputs, held_warnings, quiet_progress,
 )
@@ -131,55 +132,6 @@ def binary_signal_counts(objective: str, k: int, n: int) -> list[int]:
     groups = torch.tensor([[1.0] * c + [0.0] * (n - c) for c in range(n + 1)], dtype=torch.float64)  # (n+1, n)
     advantages = lstat_advantage(groups, rank_weights(objective, k))
     return [c for c in range(n + 1) if advantages[c].abs().max() > 1e-12]
-
-
-class EvalRewards:
-    """Records the math reward of each eval completion (by prompt) while `recording()`, for CIs over problems."""
-
-    def __init__(self):
-        self.runs: list[dict[str, list[float]]] = []
-        self._active = False
-
-    def wrap(self, func):
-        def recorded(prompts, completions, **kwargs):
-            scores = func(prompts=prompts, completions=completions, **kwargs)
-            if self._active:
-                for prompt, score in zip(prompts, scores):
-                    self.runs[-1].setdefault(repr(prompt), []).append(0.0 if score is None else score)
-            return scores
-
-        return functools.update_wrapper(recorded, func)  # TRL logs it under the function's own name
-
-    @contextmanager
-    def recording(self):
-        self.runs.append({})
-        self._active = True
-        try:
-            yield
-        finally:
-            self._active = False
-
-    def report(self, group_size: int) -> str:
-        """`eval math reward: 0.31 [0.27, 0.35] before -> 0.52 [...] after; change +0.21 [...]` (95%, over problems)."""
-        from accelerate.utils import gather_object
-
-        per_run = []
-        for run in self.runs:  # every process scored its own rows: merge them by prompt
-            merged: dict[str, list[float]] = {}
-            for part in gather_object([run]):
-                for prompt, scores in part.items():
-                    merged.setdefault(prompt, []).extend(scores)
-            per_run.append({p: sum(v) / len(v) for p, v in merged.items()})
-        prompts = sorted(set.intersection(*(set(r) for r in per_run)))
-        values = torch.tensor([[r[p] for p in prompts] for r in per_run], dtype=torch.float64)  # (runs, P)
-        low, high = bootstrap_ci(values)  # (runs,), (runs,): percentile bootstrap over problems, as eval/ reports
-        parts = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" for m, lo, hi in zip(values.mean(1).tolist(), low, high)]
-        text = f"eval math reward (pass@1, {len(prompts)} problems x {group_size} samples, 95% CI): " + " before -> ".join(parts)
-        if len(per_run) == 2:
-            change = values[1] - values[0]  # paired: the same problems before and after
-            lo, hi = bootstrap_ci(change)
-            text += f" after; change {change.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
-        return text
 
 
 class TrainBegin(TrainerCallback):
@@ -264,6 +216,8 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
             script_args.overwrite_output_dir, training_args.process_index == 0, field_defaults(*groups.values()))
         if training_args.process_index == 0:  # again: an overwrite moved the old folder aside, lock the new one
             lock_output_dir(training_args.output_dir)
+        if training_args.resume_from_checkpoint is not None:  # its files, before the model loads (warned in train)
+            check_checkpoint(training_args.resume_from_checkpoint, warn=False, weights_problem=weights_problem)
     except (RunIdentityError, OutputDirError) as err:
         raise InputError(str(err)) from None
     saver.config["training"]["resume_from_checkpoint"] = training_args.resume_from_checkpoint
@@ -285,7 +239,7 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
         )
     except OSError as err:  # transformers: a Hub id that is unreachable or unknown, a folder that is no model
         raise InputError(f"model_name_or_path {model_args.model_name_or_path}: cannot load it ({err})") from None
-    except (EngineMismatch, DatasetTooSmall) as err:  # a setting (or a data set) to fix, found at start-up
+    except (EngineMismatch, DatasetTooSmall, RewardRangeError) as err:  # a setting (or data set) to fix, at start-up
         raise InputError(str(err)) from None
     check_chat_template(trainer.processing_class, model_args.model_name_or_path)  # the prompts are chat messages
 
@@ -332,6 +286,10 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
             trainer.accelerator.print(
                 f"eval {key}: {'n/a' if old is None else f'{old:.4f}'} before -> {new:.4f} after training"
             )
+    if len(recorder.runs) == 2:  # a newcomer reads the per-step log first: say what it can and cannot show
+        note = learning_note(trainer.state.log_history, training_args.generation_batch_size // training_args.num_generations)
+        if note:
+            trainer.accelerator.print(note)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)

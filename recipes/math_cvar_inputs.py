@@ -80,6 +80,13 @@ def check_inputs(script_args, training_args, model_args) -> None:
     if weights is not None and len(weights) != len(funcs):
         raise InputError(f"reward_weights {list(weights)} has {len(weights)} entries but reward_funcs {funcs} has "
                          f"{len(funcs)}: give one weight per reward function, in the same order")
+    from ordergrad_trl.tasks.rewards import get_reward_funcs
+    from ordergrad_trl.training.reward_checks import RewardRangeError, check_prompt_weight_range
+
+    try:  # a reward range a prompt weight cannot take: now, not at step 1 once the model has loaded
+        check_prompt_weight_range(training_args, get_reward_funcs(funcs, training_args), list(funcs))
+    except RewardRangeError as err:
+        raise InputError(str(err)) from None
     objectives = training_args.ordergrad_reward_objectives
     if objectives is not None and len(objectives) != len(funcs):
         raise InputError(f"ordergrad_reward_objectives {list(objectives)} has {len(objectives)} entries but "

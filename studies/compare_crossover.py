@@ -19,7 +19,6 @@ but not reproducible run to run, docs/benchmarks.md, so equal counts are not exp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ from compare_headtohead import clause, primary_tests
 from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, resumed_units, write_report
 from compare_seed_level import stable
 from compare_summary import check_units, load_units
+from unit_records import read_unit
 from ordergrad_trl.core.stats import bootstrap_ci
 
 FIRST_SEED, NUM_SEEDS = 40, 20
@@ -55,7 +55,7 @@ def repro_check(units: dict, repro_dir: Path, commits: list[str]) -> dict:
     path = repro_dir / f"{REPRO_UNIT}.json"
     if REPRO_UNIT not in units or not path.exists():
         return {"unit": REPRO_UNIT, "status": "not available"}
-    rerun, orig = json.loads(path.read_text()), units[REPRO_UNIT]
+    rerun, orig = read_unit(path), units[REPRO_UNIT]
     if rerun.get("commit") in commits:
         return {"unit": REPRO_UNIT, "status": "not available", "note": "the rerun ran at the design's own commit"}
     same_training = bool(_train_trace(orig)) and _train_trace(orig) == _train_trace(rerun)

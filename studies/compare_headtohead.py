@@ -20,7 +20,6 @@ random-effects interval), and which arm was at the ceiling at each ceiling seed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ from compare_replication import (
 )  # fmt: skip
 from compare_seed_level import CEILING, detectable, random_effects, stable, welch_test
 from compare_summary import check_units, load_units
+from unit_records import read_unit
 from ordergrad_trl.core.stats import seed_t_test, seed_tests
 
 SEEDS = tuple(range(25, 40))
@@ -69,7 +69,7 @@ def repro_check(replication: dict, repro_dir: Path, commits: list[str]) -> dict:
         if not path.exists() or name not in replication:
             out["per_unit"][name] = {"status": "not available"}
             continue
-        rerun, orig = json.loads(path.read_text()), replication[name]
+        rerun, orig = read_unit(path), replication[name]
         if commits and rerun.get("commit") not in commits:
             out["per_unit"][name] = {"status": "not available", "note": f"the rerun ran at {rerun.get('commit')}"}
             continue

@@ -58,6 +58,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import yaml
+from unit_records import check_todo, log_history, recorded_flags, valid_units  # studies/, beside this file
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
@@ -130,7 +131,7 @@ def train(unit: str, work: Path, args, env: dict) -> tuple[str, list[dict]]:
         print(f"[{unit}] reusing the trained model in {model_dir} (delete it to retrain)", flush=True)
     else:
         run(cmd, work / "train.log", env)
-    history = json.loads(state_file.read_text())["log_history"]
+    history = log_history(state_file)  # a reused model's, maybe cut short: named, not a bare JSON error
     keep = ("step", "reward", "reward_std", "grad_norm", "loss", "ordergrad/objective",
             "ordergrad/frac_zero_adv_groups", "completions/mean_length", "step_time",
             "ordergrad/dynamic_sampling/rounds", "ordergrad/dynamic_sampling/groups_trained")  # fmt: skip
@@ -146,21 +147,9 @@ def eval_backend(choice: str, assets: Path) -> str:
 
     if choice != "auto":
         return choice
-    for unit in readable_units(assets):
+    for unit in valid_units(assets):  # those read_unit accepts: the summary names the others
         return unit.get("eval_backend", "hf")
     return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-
-
-def readable_units(assets: Path):
-    """The unit records in `assets` that parse as JSON objects, in name order; the others are skipped here, and the
-    summary names each one it cannot read."""
-    for path in sorted(assets.glob("*.json")) if assets.is_dir() else []:
-        try:
-            unit = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(unit, dict):
-            yield unit
 
 
 def eval_args(args, cfg: dict) -> list[str]:
@@ -280,13 +269,10 @@ def defined_arm(spec: str, num_generations: int) -> tuple[str, list[str]]:
     return name, flags
 
 
-def recorded_arms(assets: Path) -> dict[str, list[str]]:
-    """The flags of every arm whose units in `assets` recorded them (`train_flags`), for a later --summarize."""
-    out = {}
-    for unit in readable_units(assets):
-        if isinstance(unit.get("train_flags"), list) and unit.get("arm") not in ARMS:
-            out.setdefault(unit["arm"], unit["train_flags"])
-    return out
+def recorded_arms(assets: Path, num_generations: int) -> dict[str, list[str]]:
+    """The flags of every arm but the built-in ones whose units in `assets` recorded them, checked as `--arm` flags
+    are (`unit_records.recorded_flags`), for a later --summarize and for more of its units."""
+    return recorded_flags(assets, num_generations, set(ARMS))
 
 
 def main():
@@ -342,7 +328,10 @@ def main():
         cfg["dataset_test_split"] = args.eval_split
     sys.path.insert(0, str(REPO))  # eval/ and ordergrad_trl from this checkout
     assets = Path(args.assets_dir)
-    args.arm_flags = {**ARMS, **recorded_arms(assets)}
+    try:
+        args.arm_flags = {**ARMS, **recorded_arms(assets, cfg.get("num_generations", 16))}
+    except ValueError as err:
+        parser.error(str(err))
     for spec in args.arm:
         try:
             name, flags = defined_arm(spec, cfg.get("num_generations", 16))
@@ -379,6 +368,10 @@ def main():
         unknown = [u for u in todo if u != "base" and (u.rsplit("-s", 1)[0] not in args.arm_flags or "-s" not in u)]
         if unknown:
             parser.error(f"--units {unknown}: names are base or ARM-sSEED with ARM in {list(args.arm_flags)}")
+        try:  # a unit named twice, or a record in its place that is none (it would count as done)
+            check_todo(todo, assets, "--units" if args.units else "--arms / --seeds")
+        except ValueError as err:
+            parser.error(str(err))
         missing = [u for u in todo if not (Path(args.assets_dir) / f"{u}.json").exists()]
         print(f"{len(todo) - len(missing)} of {len(todo)} units done; running {missing}", flush=True)
         # Units are independent processes; a failed one is reported and the others go on.

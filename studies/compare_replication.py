@@ -29,6 +29,7 @@ import torch
 
 from compare_seed_level import CEILING, detectable, stable
 from compare_summary import check_units, curves, load_units
+from unit_records import read_json, read_unit
 from ordergrad_trl.core.stats import seed_t_test
 
 ARM, BASELINE, K = "max8", "rloo", 8
@@ -47,7 +48,7 @@ def pass_at_k(unit: dict, k: int = K) -> float:
 def read_failures(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    rows = json.loads(path.read_text())
+    rows = read_json(path, "failures list")
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("unit"), str) for r in rows):
         raise ValueError(f"{path}: expected a list of {{'unit': NAME, 'error': TEXT}}")
     return rows
@@ -92,7 +93,7 @@ def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
     out = {"unit": REPRO_UNIT, "path": f"{repro_path.parent.name}/{repro_path.name}"}  # no machine's absolute path
     if not repro_path.exists() or REPRO_UNIT not in ten_seed:
         return {**out, "status": "not available"}
-    rerun = json.loads(repro_path.read_text())
+    rerun = read_unit(repro_path)
     if commits and rerun.get("commit") not in commits:
         return {**out, "status": "not available", "note": f"the rerun ran at {rerun.get('commit')}, not {commits}"}
     result = rerun_result(ten_seed[REPRO_UNIT], rerun)

@@ -26,6 +26,7 @@ import torch
 from ordergrad_trl import lstat_value, rank_weights
 from compare_plot import plot  # studies/, beside this file
 from compare_seed_level import base_sign_test, seed_level, seed_level_table, stable
+from unit_records import load_units as read_units
 from ordergrad_trl.core.estimators import ESTIMATORS, estimator_name
 from ordergrad_trl.core.plan import DEFAULT_ESTIMATOR, build_plan
 from ordergrad_trl.core.stats import percentile_interval, resample_means
@@ -139,11 +140,8 @@ def _ci(samples: torch.Tensor) -> list[list[float]]:
 
 
 def load_units(assets: Path) -> dict[str, dict]:
-    units = {}
-    for path in sorted(assets.glob("*.json")):
-        unit = json.loads(path.read_text())
-        units[unit["unit"]] = unit
-    return units
+    """Every unit record in `assets` by name, checked (`unit_records.read_unit`: ValueError naming the file)."""
+    return read_units(assets)
 
 
 def check_counts(unit: dict) -> None:

@@ -25,7 +25,6 @@ is exploratory and unadjusted: the pre-registered tests are in their own reports
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -33,6 +32,7 @@ import torch
 from compare_replication import replace_whole, rerun_result, write_report  # studies/, beside this file
 from compare_seed_level import METRICS, seed_span, stable
 from compare_summary import check_counts, curves, load_units
+from unit_records import read_unit
 from frontier_plot import plot
 from ordergrad_trl.core.stats import seed_t_test
 
@@ -72,7 +72,7 @@ def reproduction_checks(assets: Path, units: dict[str, dict], sources=SOURCES) -
         if source not in sources:  # another panel's rerun
             continue
         for path in sorted((assets / folder).glob("*.json")):
-            rerun = json.loads(path.read_text())
+            rerun = read_unit(path)
             original = units.get((source, rerun["unit"]))
             entry = {"unit": rerun["unit"], "path": f"{folder}/{path.name}", "rerun_commit": rerun.get("commit")}
             if original is None:

@@ -1,5 +1,7 @@
-"""The planner against real training: the share of groups with a gradient it predicts for each arm of the `digits20`
-crossover, from the base model's validation eval, beside the share each arm logged (exploratory; issue 59).
+"""The planner against real training: predicted against logged share of groups with a gradient (digits20 crossover).
+
+The share the planner predicts for each arm of the `digits20` crossover, from the base model's validation eval,
+beside the share each arm logged (exploratory; issue 59).
 
     python studies/signal_check.py          # writes studies/assets/signal_crossover.{json,md}
 

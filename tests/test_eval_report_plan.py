@@ -104,6 +104,18 @@ def test_a_bad_report_flag_is_one_line_naming_it(settings, want):
     assert str(err.value).startswith("evaluate(): --")
 
 
+def test_an_objective_spelled_as_a_metric_key_or_given_twice_is_refused(monkeypatch):
+    """`median@4` beside a metric keyed `median@{k}` would be two columns under one key (compare's tables and
+    `--metrics`, report.md's rows): refused at the parse, as is an entry given twice; another spelling is kept."""
+    median = dataclasses.replace(metrics.METRICS["best"], name="median", key="median@{k}")
+    monkeypatch.setitem(metrics._METRICS, "median", median)  # a metric a user registers, removed after the test
+    with pytest.raises(UsageError, match=r"--objectives 'median@4' is spelled as the key of the metric 'median'"):
+        report_plan.plan_report(ReportArgs(objectives=["median@4"]))
+    with pytest.raises(UsageError, match=r"--objectives gives 'TopM:2@4' twice"):
+        report_plan.plan_report(ReportArgs(objectives=["TopM:2@4", "TopM:2@4"]))
+    assert [o.key for o in report_plan.plan_report(ReportArgs(objectives=["Median@4"])).objectives] == ["Median@4"]
+
+
 def test_the_valid_reward_fields_are_the_score_rows_numeric_fields():
     """`REWARD_FIELDS` names fields of a score row that hold numbers (or null), and every one can be weighed."""
     schema = layout.SCHEMAS["scores"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ordergrad_trl.training import run_identity
-from ordergrad_trl.training.launch_env import LAUNCHER_MARKS, check_launch_environment
+from ordergrad_trl.training.launch_env import LAUNCHER_MARKS, LAUNCHERS, check_launch_environment
 from ordergrad_trl.training.numeric_fields import MIN_TEMPERATURE, check_numeric_fields
 from ordergrad_trl.training.resolved_config import RESOLVED_CONFIG, resolved_config
 
@@ -80,8 +80,11 @@ def test_a_stale_distributed_environment_is_refused_naming_its_variables(stale):
         check_launch_environment(env=stale)
     for name, value in stale.items():
         assert f"{name}={value}" in str(err.value)
-    for mark in LAUNCHER_MARKS:  # a launcher's own mark: trusted
-        check_launch_environment(env={**stale, mark: "x"})
+    for name, (needs, _) in LAUNCHERS.items():  # every variable a launcher sets, agreeing with WORLD_SIZE: trusted
+        size = stale["WORLD_SIZE"]
+        check_launch_environment(env={**stale, **dict.fromkeys(needs, "0"), **{
+            v: size for v in needs if v in ("ROLE_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                            "MV2_COMM_WORLD_SIZE", "SLURM_NTASKS")}, "RANK": "0"})
     check_launch_environment(env={**stale, "ORDERGRAD_TRUST_DIST_ENV": "1"})
     check_launch_environment(env={"WORLD_SIZE": "1", "RANK": "0"})
 
@@ -107,14 +110,47 @@ def test_a_stale_environment_stops_the_config_in_seconds(monkeypatch):
         signal.signal(signal.SIGALRM, previous)
 
 
+# what torch's elastic agent (torchrun, accelerate launch) sets for rank 0 of 2
+TORCHRUN_ENV = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+                "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555",
+                "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
+
+
+@pytest.mark.parametrize("mark", LAUNCHER_MARKS)
+def test_a_lone_stale_launcher_variable_beside_world_size_is_refused_naming_it(mark):
+    """Issue 63: one leftover launcher variable (a TORCHELASTIC_RUN_ID, a SLURM_PROCID) beside WORLD_SIZE made the old
+    check trust the launch, and start-up waited for ranks that never come. A launcher sets all of its variables."""
+    stale = {"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555", mark: "7"}
+    with pytest.raises(ValueError, match=f"{mark}=7.*stale"):
+        check_launch_environment(env=stale)
+    check_launch_environment(env=TORCHRUN_ENV)  # a real launch is not refused
+    slurm = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_ID": "5"}  # an salloc shell, one task
+    with pytest.raises(ValueError, match="SLURM_NTASKS=1 but WORLD_SIZE=2"):
+        check_launch_environment(env={"WORLD_SIZE": "2", "RANK": "0", **slurm})
+
+
+@pytest.mark.parametrize("stale", [{"LOCAL_RANK": "0"}, {"LOCAL_RANK": "1", "RANK": "1"},
+                                   {"WORLD_SIZE": "1", "LOCAL_RANK": "0"}])
+def test_a_stale_local_rank_is_blamed_not_master_addr(stale, monkeypatch):
+    """Issue 63: without a launcher, a leftover LOCAL_RANK made transformers start torch.distributed, which failed
+    with "environment variable MASTER_ADDR expected": the variable to unset is the stale one."""
+    for name in [*LAUNCHER_MARKS, "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"]:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in stale.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as err:
+        _config()
+    message = str(err.value)
+    assert "LOCAL_RANK=" in message and "stale" in message and "(unset " in message and "{" not in message
+
+
 def test_fsdp_unlaunched_and_deepspeed_missing_are_named(monkeypatch):
     import importlib.util
     from types import SimpleNamespace
 
     with pytest.raises(ValueError, match="fsdp='full_shard'.*no launcher"):
         check_launch_environment(SimpleNamespace(fsdp="full_shard", deepspeed=None), env={})
-    check_launch_environment(SimpleNamespace(fsdp="full_shard", deepspeed=None),
-                             env={"WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"})
+    check_launch_environment(SimpleNamespace(fsdp="full_shard", deepspeed=None), env=TORCHRUN_ENV)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
     with pytest.raises(ValueError, match="deepspeed package is not installed"):

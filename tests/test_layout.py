@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "ordergrad_trl"
-LAYERS = {"core": 0, "training": 1, "tasks": 1, "evaluation": 2, "integrations": 2}  # see ordergrad_trl/__init__
+LAYERS = {"core": 0, "tasks": 1, "evaluation": 2, "integrations": 2, "training": 3}  # see ordergrad_trl/__init__
 MAX_LINES = 400
 OWN_SOURCES = ["ordergrad_trl", "eval", "recipes", "studies", "benchmarks", "docs"]
 
@@ -141,6 +141,28 @@ def _assert_one_line_summary(path: Path) -> None:
 def test_every_module_opens_with_a_one_line_summary():
     for path in _own_python_files():
         _assert_one_line_summary(path)
+
+
+def test_the_layout_map_names_every_module_in_its_folder():
+    """docs/development.md's package map is written by hand, so this derives what it must name from the package: each
+    module's file name within its top-level folder's section (a new module fails here until it has a line), and no
+    file name the package lacks."""
+    block = (REPO / "docs" / "development.md").read_text().split("```text\nordergrad_trl/\n")[1].split("\neval/")[0]
+    sections, folder = {}, ""
+    for line in block.splitlines():
+        if line.startswith("  ") and not line.startswith("   ") and line.split()[0].endswith("/"):
+            folder = line.split()[0].rstrip("/")
+        sections[folder] = sections.get(folder, "") + line + "\n"
+    missing, stale = [], []
+    for path in sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts):
+        parts = path.relative_to(PACKAGE).parts
+        folder = parts[0] if len(parts) > 1 else ""
+        if not (path.name == "__init__.py" and folder) and path.name not in sections.get(folder, ""):
+            missing.append(str(path.relative_to(REPO)))
+    named = {word.strip("(),:;") for word in block.split() if word.strip("(),:;").endswith(".py")}
+    stale = sorted(name for name in named if not any(PACKAGE.rglob(name)))
+    assert not missing, f"docs/development.md's layout map does not name {missing}"
+    assert not stale, f"docs/development.md's layout map names modules the package lacks: {stale}"
 
 
 def test_tests_folder_holds_tests_and_one_helpers_package():

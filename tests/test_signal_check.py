@@ -16,6 +16,14 @@ import signal_check  # noqa: E402
 from helpers.committed_numbers import same_numbers  # noqa: E402
 
 
+def documented():
+    """`python studies/signal_check.py` where docs show it (tests/test_docs_commands.py delegates it here: the test
+    below rebuilds what it writes)."""
+    from helpers.docs_commands import commands_in, doc_files
+
+    return [c for doc in doc_files() for c in commands_in(doc) if c.argv == ("python", "studies/signal_check.py")]
+
+
 def test_the_committed_report_is_what_the_units_give():
     committed = json.loads(signal_check.OUT_JSON.read_text())
     fresh = json.loads(json.dumps(signal_check.build()))

@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .advantage import _float64_device
 from .estimators import ESTIMATORS, SCALES, estimator_name, scale_advantages
+from .estimators.registry import STAGE_FILLS
 from .objectives import DEFAULT_K, DEFAULT_OBJECTIVE, VALID_OBJECTIVES, rank_weights
 from .prompt_weights import PromptWeightSpec, PromptWindow, parse_prompt_weight, success_rates
 from .schedule import ObjectiveStage, parse_objective_at_k, parse_objective_schedule, string_list
 
-__all__ = ["DEFAULT_ESTIMATOR", "DEFAULT_K", "DEFAULT_OBJECTIVE", "DEFAULT_SCALE", "SCALES", "ObjectivePlan",
-           "ObjectiveStage", "build_plan", "normalize_scale"]  # fmt: skip
+__all__ = ["DEFAULT_ESTIMATOR", "DEFAULT_K", "DEFAULT_OBJECTIVE", "DEFAULT_SCALE", "SCALES", "GroupedBatch",
+           "ObjectivePlan", "ObjectiveStage", "build_plan", "normalize_scale"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -108,68 +110,124 @@ class ObjectivePlan:
 
     def scaled_advantages(self, rewards: torch.Tensor, stage: ObjectiveStage | None = None,
                           window: PromptWindow | None = None) -> torch.Tensor:  # fmt: skip
-        """`(G, N)` rewards -> the `(G, N)` advantages that train: `stage`'s (default: the first) estimator, the
-        prompt weight (measured against `window`, which this does not update), then `scale_rewards` (the trainer
-        does the steps apart, with its overridable `compute_advantages` between; `grouped_advantages` is this for
-        ragged groups)."""
-        stage = self.stages[0] if stage is None else stage
-        adv = self.advantages(rewards, stage)
-        weighted = self.prompt_weights(rewards, window)
-        if weighted is not None:
-            adv = adv * weighted[0].to(adv.dtype)[:, None]
-        return self.scale_advantages(adv, rewards)
+        """`(..., N)` rewards, one group per row -> the `(..., N)` advantages that train: `grouped_advantages` of the
+        rows as equal groups in order, measured against `window`, which this does not update."""
+        n = rewards.shape[-1]
+        group = torch.arange(rewards.numel() // n, device=rewards.device).repeat_interleave(n)
+        batch = self.grouped_advantages(rewards.reshape(-1), group, stage, window, push=False)
+        return batch.advantages.view_as(rewards)
 
     def grouped_advantages(self, scores: torch.Tensor, group: torch.Tensor, stage: ObjectiveStage | None = None,
-                           window: PromptWindow | None = None):  # fmt: skip
-        """`scaled_advantages` for rows grouped by id, in any order and of any sizes (verl's and SkyRL's batches):
-        one batched call per group size, as TRL's `(G, N)` view, and `"batch"` scaling over every row at once.
+                           window: PromptWindow | None = None, *, push: bool = True, compute_advantages=None,
+                           compute_prompt_weights=None) -> GroupedBatch:  # fmt: skip
+        """The one composition of what trains (estimator, prompt weight, `scale_rewards`, NaN mask) for rows grouped
+        by id, in any order and of any sizes: one batched `(G_n, n)` call per group size (TRL's view), `"batch"`
+        scaling over every row at once. The trainer (equal groups in order, with its hooks), the engines (verl's and
+        SkyRL's ragged batches) and `scaled_advantages` all come here.
 
         Args:
-            scores: `(bs,)` float64, one reward per row; NaN marks an unscorable row (its advantage is 0).
+            scores: `(bs,)` one reward per row; NaN marks an unscorable row (its advantage is 0).
             group: `(bs,)` int64 group id of each row, 0..G-1.
             stage: default the first.
-            window: the prompt weight's window (stateful weights): the reference of this batch's weights, then
-                updated with the batch (the caller keeps it from call to call). The histogram has (largest group
-                size + 1) bins, as CurveRL's.
-
-        Returns:
-            `(advantages (bs,), undefined_sizes)`: the group sizes where the estimator is undefined (rows get 0).
+            window: a stateful prompt weight's window, every group weighed against it as it is now (a histogram of
+                largest group size + 1 bins, as CurveRL's); with `push` the batch's p_hat then joins it (the
+                engines; the trainer pushes once per trained batch, after all of dynamic sampling's rounds).
+            compute_advantages: `(G_n, n)` rewards -> advantages, in place of the stage's estimator (the trainer's
+                hook; called for every size, those where the estimator is undefined too).
+            compute_prompt_weights: `(G, N)` rewards -> `(G,)` weights, in place of the plan's w(p_hat) (the
+                trainer's hook; groups of one size only).
         """
         stage = self.stages[0] if stage is None else stage
         sizes = torch.bincount(group)  # (G,)
         order = torch.argsort(group, stable=True)  # (bs,) rows of group 0, then group 1, ...
         starts = torch.cumsum(sizes, 0) - sizes  # (G,) where each group begins in `order`
-        adv, undefined = torch.zeros_like(scores), []
         blocks = {n: order[starts[sizes == n, None] + torch.arange(n, device=scores.device)]
                   for n in sizes[sizes > 0].unique().tolist()}  # group size n -> its groups' rows (G_n, n)
-        if self.prompt_weight is not None:  # every group's p_hat first: a stateful weight sees the whole batch
-            p_hat = torch.full(sizes.shape, torch.nan, dtype=torch.float64, device=scores.device)  # (G,)
-            for n, rows in blocks.items():
-                p_hat[sizes == n] = success_rates(scores[rows], self.prompt_weight)
-            reference = window.reference() if window is not None else None
-            weights = self.prompt_weight.weights(p_hat.cpu(), max(int(sizes.max()) + 1, 2), reference)  # (G,)
-            weights = weights.to(scores.device)
+        estimate = compute_advantages or (lambda rewards: self.advantages(rewards, stage))
+        estimated = {n: _shaped(estimate(scores[rows]), rows.shape, "compute_advantages")
+                     for n, rows in blocks.items()}  # fmt: skip
+        p_hat, weights = self._weights(scores, sizes, blocks, window, compute_prompt_weights)
+        adv = torch.zeros_like(scores)
         for n, rows in blocks.items():
-            if not self.is_defined(stage, n):
-                undefined.append(n)
-                continue
-            block = self.advantages(scores[rows], stage)  # (G_n, n)
-            if self.prompt_weight is not None:
-                block = block * weights[sizes == n].to(block)[:, None]
+            block = estimated[n] if weights is None else _weigh(estimated[n], weights[sizes == n])
             adv[rows] = self.scale_advantages(block, scores[rows]) if self.scale == "group" else block
         if self.scale == "batch":  # one std over every reward of the batch
             adv = self.scale_advantages(adv, scores)
-        if self.prompt_weight is not None and window is not None:
+        adv = torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0)
+        signal = torch.zeros_like(sizes).index_add_(0, group, (adv != 0).to(sizes.dtype))  # (G,) nonzero rows
+        if push and window is not None and p_hat is not None:
             window.push(p_hat[sizes > 0])
-        return torch.nan_to_num(adv, nan=0.0).masked_fill(torch.isnan(scores), 0.0), undefined
+        undefined = tuple(n for n in blocks if not self.is_defined(stage, n))
+        return GroupedBatch(adv, scores, group, p_hat, weights, undefined, signal == 0)
+
+    def _weights(self, scores, sizes, blocks, window, hook):
+        """`((G,) p_hat, (G,) weights)` (Nones without a prompt weight), p_hat once per batch over every group: a
+        stateful weight's reference (an empty window: this batch's rates) is the whole batch. A hook reads the rewards
+        its own way (e.g. thresholded): p_hat is then computed only for the window, which holds the raw rates."""
+        if self.prompt_weight is None:
+            return None, None
+        p_hat = None
+        if hook is None or window is not None:
+            p_hat = torch.full(sizes.shape, torch.nan, dtype=torch.float64, device=scores.device)  # (G,)
+            for n, rows in blocks.items():
+                p_hat[sizes == n] = success_rates(scores[rows], self.prompt_weight)
+        if hook is None:
+            reference = window.reference() if window is not None else None
+            weights = self.prompt_weight.weights(p_hat.cpu(), max(int(sizes.max()) + 1, 2), reference)
+            return p_hat, weights.to(scores.device)
+        if len(blocks) != 1:
+            raise ValueError("compute_prompt_weights takes a (G, N) batch: every group must have the same size, got "
+                             f"sizes {sorted(blocks)}")
+        (rows,) = blocks.values()
+        return p_hat, _shaped(hook(scores[rows]), rows.shape[:1], "compute_prompt_weights")
+
+
+@dataclass(frozen=True)
+class GroupedBatch:
+    """`grouped_advantages`' record of a batch, what callers log and select on (nothing recomputed); it unpacks as
+    `(advantages, undefined_sizes)`, the pair the method returned before."""
+
+    advantages: torch.Tensor  # (bs,) what trains: 0 for a NaN score and where the estimator is undefined
+    rewards: torch.Tensor  # (bs,) the scores given
+    group: torch.Tensor  # (bs,) the group id of each row, as given
+    p_hat: torch.Tensor | None  # (G,) float64 each group's mean scorable reward (NaN: none); None without a weight
+    prompt_weights: torch.Tensor | None  # (G,) each group's weight; None without a prompt weight
+    undefined_sizes: tuple[int, ...]  # group sizes where the estimator is undefined (their rows get 0)
+    empty: torch.Tensor  # (G,) bool: every advantage of the group is 0, no learning signal (dynamic sampling's rule)
+
+    def __iter__(self):
+        return iter((self.advantages, self.undefined_sizes))
+
+
+def _shaped(value: torch.Tensor, shape, hook: str) -> torch.Tensor:
+    if tuple(value.shape) != tuple(shape):  # refused by name: a silent broadcast would train on a wrong shape
+        raise ValueError(f"{hook} returned shape {tuple(value.shape)}, expected {tuple(shape)}")
+    return value
+
+
+def _weigh(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """`(G, N)` advantages times each group's `(G,)` weight in float64 (on the CPU for MPS), in their dtype."""
+    device = _float64_device(advantages)
+    weighted = advantages.to(device).double() * weights.to(device).double()[:, None]
+    return weighted.to(advantages.dtype).to(advantages.device)
 
 
 def _defined(spec, stage: ObjectiveStage, n: int) -> bool:
+    """Whether `spec` gives advantages on groups of `n`: its registry row's `min_group` first (fewer rollouts give
+    all 0, by its contract, tests/test_estimators_contract.py), then a call on a zero group for the widths it refuses
+    outright (maxk_tang's N not a multiple of k, which no minimum states)."""
+    if spec.min_group is not None and n < spec.group_minimum(**_filled(spec, stage)):
+        return False
     try:
         spec(torch.zeros(1, n, dtype=torch.float64), stage)
     except ValueError:
         return False
     return True
+
+
+def _filled(spec, stage: ObjectiveStage) -> dict:
+    """The keyword parameters `spec` runs with at `stage`: those the stage fills (its weights, K) and its options."""
+    return {**{name: getattr(stage, STAGE_FILLS[name]) for name in spec.reads}, **stage.options}
 
 
 def check_objective(objective, k, num_generations: int, objective_field: str, k_field: str,
@@ -236,8 +294,14 @@ def weight_scale_problem(weights: torch.Tensor, n: int) -> str | None:
 
 def _stage(name: str, start: int, objective: str, k: int, weights: torch.Tensor, options: dict, n: int,
            setting: str) -> ObjectiveStage:  # fmt: skip
-    """The stage, checked by running its estimator once on a zero group of size n."""
+    """The stage, checked: num_generations against the registry row's `min_group` (below it every advantage would be
+    0), then its estimator run once on a zero group of size n (bad option values raise there, in its own words)."""
     stage = ObjectiveStage(start, objective, k, weights, dict(options))
+    spec = ESTIMATORS[name]
+    if spec.min_group is not None and n < spec.group_minimum(**_filled(spec, stage)):
+        raise ValueError(f"ordergrad_estimator={name!r} with {setting}, num_generations={n}: it needs groups of at "
+                         f"least {spec.group_minimum(**_filled(spec, stage))} rollouts (fewer give every advantage "
+                         "0); raise num_generations.")
     try:
         ESTIMATORS[name](torch.zeros(1, n, dtype=torch.float64), stage)
     except (ValueError, TypeError) as err:

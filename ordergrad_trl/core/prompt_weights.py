@@ -21,12 +21,12 @@ source, what it does to the objective); the config help, docs/estimators.md's ta
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import torch
+
+from .registry_base import Registry
 
 __all__ = [
     "DEFAULT_PROMPT_WEIGHT",
@@ -62,25 +62,31 @@ class PromptWeight:
     objective: str  # what it does to the objective J (for 0/1 rewards, with a deterministic w(p))
     source: str
     summary: str
+    example: tuple[float, ...] = ()  # parameter values the shared tests run it with (tests/test_prompt_weight_rows.py)
 
 
-_REGISTRY: dict[str, PromptWeight] = {}
-PROMPT_WEIGHTS: Mapping[str, PromptWeight] = MappingProxyType(_REGISTRY)
+# the same function again (a module reloaded) replaces its row; another one under a taken name is refused
+_ROWS: Registry[PromptWeight] = Registry("prompt weight", holder=lambda row: row.fn.__qualname__,
+                                         same=lambda taken, row: taken.fn.__qualname__ == row.fn.__qualname__)
+_REGISTRY = _ROWS.rows
+PROMPT_WEIGHTS: Mapping[str, PromptWeight] = _ROWS.view
 
 
 def register_prompt_weight(name: str, *, params: tuple[str, ...] = (), formula: str, stateful: bool = False,
-                           rewards: str = "[0, 1]", objective: str, source: str, summary: str):  # fmt: skip
-    """Decorator registering `fn` under `name` (lower case); a name taken by another function raises."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise ValueError(f"prompt weight names are lower-case identifiers, got {name!r}")
+                           rewards: str = "[0, 1]", objective: str, source: str, summary: str,
+                           example: tuple[float, ...] = ()):  # fmt: skip
+    """Decorator registering `fn` under `name` (lower case); a name taken by another function raises. `example`: one
+    value per parameter, with which every shared test runs the weight (a weight with parameters needs one)."""
+    _ROWS.check_name(name)
 
     def register(fn):
-        taken = _REGISTRY.get(name)
-        if taken is not None and taken.fn.__qualname__ != fn.__qualname__:
-            raise ValueError(f"prompt weight {name!r} is already registered by {taken.fn.__qualname__}")
         if rewards not in ("0/1", "[0, 1]", "any"):
             raise ValueError(f"prompt weight {name!r}: rewards must be '0/1', '[0, 1]' or 'any', got {rewards!r}")
-        _REGISTRY[name] = PromptWeight(name, fn, params, formula, stateful, rewards, objective, source, summary)
+        if len(example) != len(params):
+            raise ValueError(f"prompt weight {name!r}: example must give one value per parameter {params}, got "
+                             f"{example!r}")
+        _ROWS.add(name, PromptWeight(name, fn, params, formula, stateful, rewards, objective, source, summary,
+                                     tuple(example)))  # fmt: skip
         return fn
 
     return register
@@ -243,6 +249,7 @@ def curverl(p_hat: torch.Tensor, *, bins: int, reference: torch.Tensor) -> torch
     objective="dG/dp = J'(p) exp(-(p - MU)^2 / (2 SIGMA^2)): prompts near pass rate MU count most",
     source="FG-ExPO's Gaussian curriculum (Lin et al. 2026), as a loss weight",
     summary="a Gaussian around pass rate MU, rewards in [0, 1]",
+    example=(0.4, 0.2),
 )
 def gaussian(p_hat: torch.Tensor, *, bins: int, reference: torch.Tensor, mu: float, sigma: float) -> torch.Tensor:
     return torch.exp(-((p_hat - mu) ** 2) / (2 * sigma**2))
@@ -311,7 +318,7 @@ class PromptWindow:
 
 def prompt_weight_help() -> str:
     """Names and summaries for `OrderGradConfig.ordergrad_prompt_weight`'s help."""
-    return "; ".join(f"{_form(row)} ({row.summary})" for row in _REGISTRY.values())
+    return _ROWS.help(lambda row: f"{_form(row)} ({row.summary})")
 
 
 def prompt_weight_table() -> str:

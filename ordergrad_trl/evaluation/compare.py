@@ -1,5 +1,4 @@
-"""`ordergrad-eval compare BASE OTHER [OTHER ...] --output_dir DIR`, and `compare(...)` from Python: checkpoints set
-side by side the way they are compared, paired.
+"""`ordergrad-eval compare BASE OTHER [OTHER ...]` and `compare(...)`: checkpoints set side by side, paired.
 
     ordergrad-eval compare runs/base runs/ck500 --output_dir runs/ck500_vs_base --ks 1 4 16
     ordergrad-eval compare --groups base=runs/b0,runs/b1,runs/b2 ck500=runs/c0,runs/c1,runs/c2 --output_dir cmp

@@ -1,5 +1,6 @@
-"""The flags of `ordergrad-eval compare` beyond the report's (`ReportArgs`: --ks, --objectives, --reward_weights,
-the bootstrap's) and `--output_dir`, and their checks: each error one line naming the flag and its valid values."""
+"""The flags of `ordergrad-eval compare` and their checks: each error one line naming the flag and its valid values.
+
+Beyond the report's own (`ReportArgs`: --ks, --objectives, --reward_weights, the bootstrap's) and `--output_dir`."""
 
 from __future__ import annotations
 

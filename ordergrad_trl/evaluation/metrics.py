@@ -26,12 +26,12 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from types import MappingProxyType
 
 import numpy as np
 import torch
 
 from ordergrad_trl import lstat_value, rank_weights
+from ordergrad_trl.core.registry_base import Registry
 from ordergrad_trl.core.stats import bootstrap_ci  # re-exported: the CI of every eval report
 
 from .metric_inputs import INPUTS
@@ -280,8 +280,9 @@ class Metric:
         return not (binary_reward and self.same_as_on_binary)
 
 
-_METRICS: dict[str, Metric] = {}
-METRICS: Mapping[str, Metric] = MappingProxyType(_METRICS)
+_ROWS: Registry[Metric] = Registry("metric", holder=lambda m: f"{m.compute.__module__}.{m.compute.__qualname__}")
+_METRICS = _ROWS.rows
+METRICS: Mapping[str, Metric] = _ROWS.view
 """Every reported metric by name, in display order."""
 
 
@@ -299,10 +300,10 @@ def register_metric(name: str, **fields) -> Callable:
 
     def add(fn: Callable) -> Callable:
         metric = Metric(name=name, compute=fn, **{**fields, "shows": frozenset(fields.get("shows", ("table",)))})
-        taken = {m.key for m in _METRICS.values()}
-        if name in _METRICS or metric.key in taken:
-            raise ValueError(f"metric {name!r} (key {metric.key!r}) is already registered")
-        _METRICS[name] = metric
+        same_key = [m.name for m in _METRICS.values() if m.key == metric.key]
+        if same_key:  # report.json keys are per metric, whatever the names
+            raise ValueError(f"metric {name!r}: key {metric.key!r} is already registered by metric {same_key[0]!r}")
+        _ROWS.add(name, metric)
         return fn
 
     return add

@@ -240,6 +240,14 @@ def load_model_and_tokenizer(source: ModelSource, dtype: str = "auto", device: s
     return load_model(source, dtype, device), load_tokenizer(source)
 
 
+def _read_marker(marker: Path):
+    """The merge's marker, None when cut short or corrupt (written last: a crash mid-write), so the merge is redone."""
+    try:
+        return json.loads(marker.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
 def materialize_merged(source: ModelSource, output_dir: str | os.PathLike, tok, dtype: str,
                        fp: dict | None = None) -> ModelSource:
     """A plain checkpoint of `source` for other processes: the source itself, or (an adapter) its merge in `dtype`,
@@ -251,7 +259,7 @@ def materialize_merged(source: ModelSource, output_dir: str | os.PathLike, tok, 
     marker = dest / "ordergrad_merged_from.json"
     stamp = {**source.describe(), "dtype": dtype, "fingerprint": {
         k: v and v["sha256"] for k, v in (fp or fingerprint(source)).items()}}
-    if not (marker.is_file() and json.loads(marker.read_bytes()) == stamp):
+    if not (marker.is_file() and _read_marker(marker) == stamp):
         model = load_model(source, dtype=dtype, device="cpu")
         try:
             model.save_pretrained(dest)

@@ -74,6 +74,28 @@ def _pending(key_dir: Path, problems: list[dict], n: int) -> list[tuple[int, int
     return [(i, s) for i, p in enumerate(problems) for s in range(n) if (p["id"], s) not in done]
 
 
+def _recorded_seeds(out: Path) -> list | None:
+    """The seeds the run's samples were drawn with (provenance `draws.seeds`), None for a new run or one that did
+    not record them."""
+    try:
+        old = read_provenance(out) if out.is_dir() else None
+    except UsageError:  # refused (or moved aside) by the provenance check that follows
+        return None
+    seeds = ((old or {}).get("draws") or {}).get("seeds")
+    return seeds if isinstance(seeds, list) else None
+
+
+def _drop_unused_seed(seed: int, out: Path, provenance: dict, before: list, pending: dict) -> None:
+    """`--seed` on a rerun that draws no sample: a warning naming it, and it is not recorded (the protocol header
+    lists the seeds the run's samples were drawn with). A rerun that draws samples records its seed beside the old."""
+    if seed in before or any(pending.values()):
+        return
+    logger.warning("--seed %d is unused: every sample this command asks for is already in %s, drawn with seed(s) %s; "
+                   "raise --num_samples or --limit to draw more with it, or use a new --output_dir", seed, out,
+                   ", ".join(map(str, before)))
+    provenance["draws"] = dict(provenance.get("draws") or {}, seeds=list(before))
+
+
 def _limit(old: int | None, new: int | None) -> int | None:
     return None if old is None or new is None else max(old, new)
 
@@ -121,9 +143,13 @@ def plan_generation(args: GenerateArgs, paths: PathArgs) -> Plan:
     fp = fingerprint(source, _earlier_fingerprint(out, source)) if source is not None else None
     entries = {key: (dataset_entry(keys[key], args, subset), full) for key, (subset, full) in loaded.items()}
     acquire(out)  # one writer: a second one, or --overwrite while one writes, stops here
+    before = _recorded_seeds(out)
     provenance = check_or_replace(out, run_entry(args, source, fp, tok), entries, args.overwrite, run_mismatch)
     for key, (entry, _) in entries.items():  # a rerun that asks for less than the run holds would report more
         _check_rerun(out, key, entry, provenance["datasets"].get(key))
+    if out.is_dir() and before is not None:  # not moved aside by --overwrite: the run's own samples are there
+        pending = {key: _pending(out / key, subset, args.num_samples) for key, (subset, _) in loaded.items()}
+        _drop_unused_seed(args.seed, out, provenance, before, pending)
     # 4. write: provenance first (a kill from here on leaves a run that knows what it is), then the problems
     merged = {key: _merged_problems(out / key / "problems.jsonl", subset) for key, (subset, _) in loaded.items()}
     for key, (rows, _) in merged.items():

@@ -1,5 +1,7 @@
-"""A run's whole evaluation protocol, as every report.json / report.md / compare.json states it, and the fields on
-which `ordergrad-eval compare` refuses to set two runs side by side.
+"""A run's whole evaluation protocol, as every report states it, and the fields on which `compare` refuses two runs.
+
+Every report.json / report.md / compare.json carries the header; `ordergrad-eval compare` refuses to set two runs
+side by side when one of the fields differs.
 
 The header is read from the run's `provenance.json` (checked against its own checksum), never from flags: the
 prompt (system prompt, user template, chat template on or off and its hash), the sampling settings, n per dataset,

@@ -106,8 +106,14 @@ def plot(report: dict, path: Path) -> bool:
         warnings.warn("matplotlib is not installed (pip install 'ordergrad-trl[plot]'): no plot written",
                       stacklevel=2)
         return False
-    fig, ax = plt.subplots(figsize=(6, 4))
     cfg, shown = report["config"], [m for m in METRICS.values() if "plot" in m.shows and m.per_k]
+    values = [ds["metrics"][m.key_at(k, cfg)]["value"] for ds in report["datasets"].values() for m in shown
+              for k in ds["ks"]]  # fmt: skip
+    if not any(math.isfinite(v) for v in values if v is not None):  # matplotlib's log axis fails on no data at all
+        warnings.warn("no plot written: no metric has a value (every problem was left out: an unparseable gold, or "
+                      "no sample scored); the report's tables say why", stacklevel=2)
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
     all_ks, tops = set(), []
     for idx, (name, ds) in enumerate(report["datasets"].items()):
         color = f"C{idx % 10}"

@@ -173,6 +173,15 @@ def _natural(text: str):
         return (1, 0.0, text)
 
 
+def _legacy_config(path: Path):
+    """The generation settings of a run written before provenance.json; UsageError naming the file if corrupt."""
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError as err:  # JSONDecodeError, or bytes that are not UTF-8
+        raise UsageError(f"{path}: not valid JSON ({' '.join(str(err).split())[:120]}); restore it, or rerun the "
+                         "eval into a new --output_dir") from None
+
+
 def report(settings: ReportArgs | ReportPlan, paths: PathArgs) -> dict:
     """Report the run at `paths.output_dir` (report.json, report.md, passk.png); `settings` are the flags, or the
     plan `report_plan.plan_report` parsed from them."""
@@ -182,7 +191,7 @@ def report(settings: ReportArgs | ReportPlan, paths: PathArgs) -> dict:
     provenance = read_provenance(out)
     legacy = out / layout.LEGACY_CONFIG  # runs written before provenance.json
     result = {
-        "generation": _generation(provenance) if provenance else (json.loads(legacy.read_bytes()) if legacy.is_file()
+        "generation": _generation(provenance) if provenance else (_legacy_config(legacy) if legacy.is_file()
                                                                    else None),
         "provenance": provenance,
         "protocol": protocol_header(provenance) if provenance else None,  # the whole protocol, in one place

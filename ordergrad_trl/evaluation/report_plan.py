@@ -125,12 +125,32 @@ def plan_report(args: ReportArgs, where: str = "") -> ReportPlan:
     check_types(args, where)
     if args.ks is not None and not args.ks:  # each k is bounded by check_types; an empty list would report nothing
         raise UsageError(f"{where}--ks must be integers >= 1 (and <= n samples per problem), got {args.ks}")
-    return ReportPlan(
+    plan = ReportPlan(
         ks=None if args.ks is None else tuple(args.ks), reward=parse_reward_weights(args.reward_weights, where),
         cvar_q=args.cvar_q, objectives=tuple(parse_objective(o, where) for o in args.objectives),
         bootstrap_samples=args.bootstrap_samples, bootstrap_seed=args.bootstrap_seed, ci_level=args.ci_level,
         breakdown=tuple(args.breakdown), plot=args.plot,
     )
+    _check_objective_keys(plan, where)
+    return plan
+
+
+def _check_objective_keys(plan: ReportPlan, where: str) -> None:
+    """Each `--objectives` key names one column: compare's tables, its `--metrics` and report.md's rows look metrics
+    and objectives up by key, so an entry spelled as a metric's key (`median@4` beside a metric `median@{k}`) or
+    given twice would silently stand for another column."""
+    from .metrics import METRICS  # local: the metrics load torch and the kernel
+
+    seen: set[str] = set()
+    for o in plan.objectives:
+        if o.key in seen:
+            raise UsageError(f"{where}--objectives gives {o.key!r} twice")
+        seen.add(o.key)
+        metric = next((m for m in METRICS.values() if m.key_at(o.k if m.per_k else None, plan.config) == o.key), None)
+        if metric is not None:
+            raise UsageError(f"{where}--objectives {o.text!r} is spelled as the key of the metric {metric.name!r}, "
+                             "which the report already holds; spell the preset another way (e.g. its capitalised "
+                             "name) or drop the entry")
 
 
 def as_plan(settings: ReportArgs | ReportPlan, where: str = "") -> ReportPlan:

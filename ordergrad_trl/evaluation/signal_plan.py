@@ -1,5 +1,7 @@
-"""`ordergrad-eval plan`: which setting (estimator, objective and K, prompt weight) carries a signal at your N and B,
-from the base model's success rates, before any training (the math: `ordergrad_trl.core.signal`).
+"""`ordergrad-eval plan`: which setting carries a signal at your N and B, from the base model's success rates.
+
+Settings are estimators, objectives with K and prompt weights, judged before any training (the math:
+`ordergrad_trl.core.signal`).
 
     ordergrad-eval plan --from RUN --num_generations 16 --prompts_per_step 4 [--candidates ReMax@2 maxrl ...]
     ordergrad-eval plan --success_rates rates.txt ...        # one rate per line, or a JSON list
@@ -25,7 +27,7 @@ from ..core.schedule import parse_objective_at_k
 from ..core.signal import crossover_p, gradient_table, pool_signal
 from .errors import UsageError
 
-__all__ = ["DEFAULT_CANDIDATES", "PlanArgs", "Candidate", "parse_candidate", "plan_signal", "success_counts"]
+__all__ = ["DEFAULT_CANDIDATES", "PlanArgs", "Candidate", "parse_candidate", "plan_settings", "plan_signal", "success_counts"]
 
 # The defaults: RLOO, Max@2/4/8, MaxRL, CurveRL (on GRPO's centered advantage, as the studies ran it)
 DEFAULT_CANDIDATES = ("Mean@1", "ReMax@2", "ReMax@4", "ReMax@8", "maxrl", "grpo+curverl")
@@ -291,6 +293,29 @@ def _plot(plan: dict, plans: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plan_settings(**kwargs) -> dict:
+    """`ordergrad-eval plan` from Python: the keywords are `PlanArgs`' fields (`from_run` or `success_rates`,
+    `num_generations`, `prompts_per_step`, `scale_rewards`, `candidates`, `output_dir`); returns plan.json's content
+    (and with `output_dir`, writes it). `UsageError` naming the field for bad input.
+
+        from ordergrad_trl.evaluation import plan_settings
+        plan_settings(from_run="runs/eval_base", num_generations=16, prompts_per_step=32)["candidates"][0]["snr"]
+    """
+    import dataclasses
+
+    from .args import check_types
+
+    names = {f.name for f in dataclasses.fields(PlanArgs)}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        raise UsageError(f"plan_settings(): unknown keyword(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    args = PlanArgs(**kwargs)
+    check_types(args)
+    if args.output_dir is not None:
+        return run_plan(args)
+    return {k: v for k, v in plan_signal(args).items() if not k.startswith("_")}
 
 
 def run_plan(args: PlanArgs) -> dict:

@@ -136,8 +136,8 @@ def outcome_advantages(
     A group size where the estimator is undefined gets one warning per process and engine, saying `fix`; sizes in
     `quiet_sizes` are the engine's own filler rows (SkyRL's padding) and are not warned about."""
     scores = token_level_rewards.to(torch.float64).sum(-1)  # (bs,)
-    adv, undefined = plan.grouped_advantages(scores, group, stage, prompt_window(engine, plan))  # (bs,)
-    undefined = sorted(set(undefined) - quiet_sizes)
+    batch = plan.grouped_advantages(scores, group, stage, prompt_window(engine, plan))  # the window takes the batch
+    undefined = sorted(set(batch.undefined_sizes) - quiet_sizes)
     if undefined and engine not in _warned:
         _warned.add(engine)
         logger.warning(
@@ -145,7 +145,7 @@ def outcome_advantages(
             "advantage 0; e.g. ordergrad needs more than K rollouts per prompt. %s (Warned once per process.)",
             plan.estimator, undefined, stage.objective, stage.k, fix,
         )  # fmt: skip
-    return adv.to(token_level_rewards.dtype)[:, None] * response_mask  # (bs, L)
+    return batch.advantages.to(token_level_rewards.dtype)[:, None] * response_mask  # (bs, L)
 
 
 def is_tested(version: str, tested: tuple[str, str]) -> bool:

@@ -73,7 +73,7 @@ class OrderGradAlgorithmConfig(AlgorithmConfig):
     ordergrad_scale_rewards: Union[str, bool, None] = None
     """TRL's scale_rewards: `none` (unbiased), `group`, `batch` or a bool; applied after the estimator."""
     ordergrad_prompt_weight: Optional[str] = None
-    """`none`, `inverse` (MaxRL's 1/p), `curverl` or `gaussian:MU,SIGMA`: a weight per prompt after the estimator."""
+    """A weight per prompt after the estimator, any form of `ordergrad_prompt_weight` (`PROMPT_WEIGHTS`)."""
     ordergrad_prompt_weight_window: Optional[int] = None
     """`curverl`: the past batches its reference histogram holds (default 10); restarts empty on resume."""
     ordergrad_schedule: Optional[Any] = None

@@ -13,10 +13,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..core.reward_range import RANGE_ATTRIBUTE, RewardRange  # declared with each function: checked at start-up
 from .math_verify_pool import score_completions
 from .numerals import number_text
 
-__all__ = ["REWARDS", "get_reward_funcs", "gold_text", "math_reward", "register_reward", "format_reward", "length_penalty", "score_completions"]
+__all__ = ["RANGE_ATTRIBUTE", "REWARDS", "RewardRange", "get_reward_funcs", "gold_text", "math_reward",
+           "register_reward", "format_reward", "length_penalty", "score_completions"]
 
 
 @dataclass(frozen=True)
@@ -28,18 +30,23 @@ class RewardEntry:
     func: Callable
     help: str
     bind: Callable[[object], dict] | None = None
+    range: RewardRange | None = None
 
 
 REWARDS: dict[str, RewardEntry] = {}
 
 
-def register_reward(name: str, help: str, bind: Callable[[object], dict] | None = None) -> Callable:
-    """Decorator: register a TRL reward function as `name` (a name already taken is refused)."""
+def register_reward(name: str, help: str, bind: Callable[[object], dict] | None = None,
+                    range: RewardRange | None = None) -> Callable:  # noqa: A002 (the field's name)
+    """Decorator: register a TRL reward function as `name` (a name already taken is refused); `range`: the values it
+    returns, if known (set on the function as `RANGE_ATTRIBUTE`)."""
 
     def register(func: Callable) -> Callable:
         if name in REWARDS:
             raise ValueError(f"reward {name!r} is already registered (to {REWARDS[name].func.__qualname__})")
-        REWARDS[name] = RewardEntry(name, func, help, bind)
+        REWARDS[name] = RewardEntry(name, func, help, bind, range)
+        if range is not None:
+            setattr(func, RANGE_ATTRIBUTE, range)
         return func
 
     return register
@@ -92,7 +99,7 @@ def _row(index: int, ids, prompts) -> str:
     return f"the gold answer of row {index} of this batch{tail}"
 
 
-@register_reward("math", "1 if the final answer equals the gold per math-verify, else 0")
+@register_reward("math", "1 if the final answer equals the gold per math-verify, else 0", range=RewardRange(0, 1, True))
 def math_reward(completions, answer=None, log_metric=None, **kwargs) -> list[float | None]:
     """TRL reward: 1.0 if the completion's final answer (last `\\boxed{}`, else last expression) equals the
     `answer` column per math-verify, 0.0 if not or unscorable in time, None (TRL: NaN) if the gold does not parse.
@@ -135,14 +142,15 @@ def _one_closed_box(text: str) -> bool:
     return False
 
 
-@register_reward("format", "1 if the completion has exactly one closed \\boxed{}, else 0")
+@register_reward("format", "1 if the completion has exactly one closed \\boxed{}, else 0",
+                 range=RewardRange(0, 1, True))
 def format_reward(completions, **kwargs) -> list[float]:
     """TRL reward: 1.0 if the completion has exactly one `\\boxed{` and that box's braces close, else 0.0."""
     return [1.0 if _one_closed_box(_text(c)) else 0.0 for c in completions]
 
 
 @register_reward("length", "-(completion tokens / max_completion_length), in [-1, 0]",
-                 bind=lambda args: {"max_len": args.max_completion_length})
+                 bind=lambda args: {"max_len": args.max_completion_length}, range=RewardRange(-1, 0))
 def length_penalty(completion_ids, max_len: int | None = None, **kwargs) -> list[float]:
     """TRL reward: -(completion tokens / max_len), in [-1, 0]; weight it against correctness with GRPOConfig's
     `reward_weights`. TRL passes `completion_ids` (one token list per completion) but not the length budget, so

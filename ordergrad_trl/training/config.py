@@ -20,9 +20,10 @@ from .config_checks import (
     check_dynamic_sampling, check_fields_trl_reads, check_log_ks, check_vllm_version, explain_post_init_error,
     warn_sparse_window, warn_unused_settings,
 )  # fmt: skip
+from .dynamic_sampling import dynamic_sampling_help
 from .engine_guard import check_world_size
 from .launch_env import check_launch_environment
-from .numeric_fields import check_numeric_fields
+from .numeric_fields import check_numeric_fields, plain_numpy_values
 from .passk import default_log_ks
 
 logger = logging.getLogger(__name__)
@@ -100,22 +101,22 @@ class OrderGradConfig(GRPOConfig):
 
         ordergrad_prompt_weight (`str`, *optional*, defaults to `"none"`):
             Multiplies each group's advantages (after the estimator, before `scale_rewards`) by w(p_hat), p_hat the
-            group's mean scorable reward: `"none"`, `"inverse"` (MaxRL's 1/p_hat; `"grpo"` unscaled with it is
-            `"maxrl"`), `"curverl"` (CurveRL's f_ref/F_ref over the last `ordergrad_prompt_weight_window` batches;
-            `"grpo"` unscaled with it is CurveRL as published) or `"gaussian:MU,SIGMA"`. Composes with every
-            estimator, objective, schedule and per-reward objectives. Formulas, bias: docs/estimators.md.
+            group's mean scorable reward: a weight of `PROMPT_WEIGHTS` (core/prompt_weights.py; the field's help
+            lists them), e.g. `"inverse"` (MaxRL's 1/p_hat: `"grpo"` unscaled with it is `"maxrl"`). Composes with
+            every estimator, objective, schedule and per-reward objectives. Formulas, bias: docs/estimators.md.
         ordergrad_prompt_weight_window (`int`, *optional*, defaults to `10`):
             `"curverl"`'s window in batches (0: the current batch alone); saved with checkpoints, restored on resume.
 
         > Parameters that spend the batch on groups that carry a gradient (docs/training.md, "Dynamic sampling")
 
         ordergrad_dynamic_sampling (`str`, *optional*, defaults to `"off"`):
-            `"off"`, `"filter"` (drop the groups whose advantages are all 0 after the estimator, prompt weight and
-            scaling from the loss and its normalizer) or `"refill"` (also generate further prompts with the same
-            weights until the batch holds as many such groups as configured). Needs a `loss_type` among `"dr_grpo"`,
-            `"luspo"`, `"dapo"`, `"cispo"`, `"vespo"`; `"refill"` also not vLLM server mode.
+            A mode of `DYNAMIC_SAMPLING` (training/dynamic_sampling.py: what each reads, whether it refills;
+            docs/training.md): `"filter"` drops the groups whose advantages are all 0 after the estimator, prompt
+            weight and scaling from the loss and its normalizer, `"refill"` also generates further prompts with the
+            same weights. A mode that leaves groups out needs a `loss_type` among `"dr_grpo"`, `"luspo"`, `"dapo"`,
+            `"cispo"`, `"vespo"`; one that refills also not vLLM server mode.
         ordergrad_dynamic_sampling_max_rounds (`int`, *optional*, defaults to `3`):
-            `"refill"`: the most extra generation rounds per batch; then it trains on the groups it has.
+            A mode that refills: the most extra generation rounds per batch; then it trains on the groups it has.
 
         > Parameters that control logging
 
@@ -230,11 +231,10 @@ class OrderGradConfig(GRPOConfig):
 
     ordergrad_dynamic_sampling: str = field(
         default="off",
-        metadata={"help": "'off', 'filter' (train without the groups whose advantages are all 0) or 'refill' "
-                          "(also generate further prompts until the batch is full of groups with a gradient)."},
+        metadata={"help": f"{dynamic_sampling_help()}."},
     )
     ordergrad_dynamic_sampling_max_rounds: int = field(
-        default=3, metadata={"help": "refill: the most extra generation rounds per batch (>= 1)."}
+        default=3, metadata={"help": "a mode that refills: the most extra generation rounds per batch (>= 1)."}
     )
 
     ordergrad_log_ks: list[int] | None = field(
@@ -274,6 +274,7 @@ class OrderGradConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        plain_numpy_values(self)  # np.int64(4) is 4 for every field, ordergrad_* included, before any check
         check_fields_trl_reads(self)
         check_numeric_fields(self)  # inf, NaN, 1.5 where an integer belongs, out of range: refused by name
         check_launch_environment(self)  # a stale WORLD_SIZE, fsdp unlaunched, deepspeed missing: before start-up

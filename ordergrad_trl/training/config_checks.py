@@ -88,23 +88,26 @@ def check_log_ks(self) -> None:
 
 def check_dynamic_sampling(self) -> None:
     """`ordergrad_dynamic_sampling` with the loss types whose normalizer it can make that of the kept groups alone."""
-    from .dynamic_sampling import MODES, SUPPORTED_LOSS_TYPES  # local: it imports the trainer's dependencies
+    from .dynamic_sampling import DYNAMIC_SAMPLING, SUPPORTED_LOSS_TYPES  # local: it imports the trainer's dependencies
 
     mode = self.ordergrad_dynamic_sampling
-    if mode not in MODES:
-        raise ValueError(f"ordergrad_dynamic_sampling must be one of {', '.join(map(repr, MODES))}, got {mode!r}.")
+    if not isinstance(mode, str) or mode not in DYNAMIC_SAMPLING:
+        raise ValueError(f"ordergrad_dynamic_sampling must be one of {', '.join(map(repr, DYNAMIC_SAMPLING))}, got "
+                         f"{mode!r}.")
+    row = DYNAMIC_SAMPLING[mode]
     rounds = self.ordergrad_dynamic_sampling_max_rounds
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"ordergrad_dynamic_sampling_max_rounds must be an integer >= 1, got {rounds!r}.")
-    if mode != "off" and self.loss_type not in SUPPORTED_LOSS_TYPES:
+    if row.leaves_out is not None and self.loss_type not in SUPPORTED_LOSS_TYPES:
         raise ValueError(
             f"ordergrad_dynamic_sampling={mode!r} needs loss_type in {', '.join(map(repr, SUPPORTED_LOSS_TYPES))}, "
             f"got {self.loss_type!r}: it normalizes each micro-batch by itself, so the dropped groups cannot be "
             "taken out of it exactly."
         )
-    if mode == "refill" and self.use_vllm and self.vllm_mode != "colocate":
-        raise ValueError(f"ordergrad_dynamic_sampling='refill' supports vllm_mode='colocate' (and use_vllm=False), "
-                         f"got vllm_mode={self.vllm_mode!r}: use 'filter' with a vLLM server.")
+    if row.refills and self.use_vllm and self.vllm_mode != "colocate":
+        raise ValueError(f"ordergrad_dynamic_sampling={mode!r} supports vllm_mode='colocate' (and use_vllm=False), "
+                         f"got vllm_mode={self.vllm_mode!r}: use a mode that does not refill ('filter') with a vLLM "
+                         "server.")
 
 
 def warn_unused_settings(self) -> None:
@@ -120,10 +123,13 @@ def warn_unused_settings(self) -> None:
             and (spec is None or not spec.row.stateful):
         unused.append(("ordergrad_prompt_weight_window", "only a prompt weight with a window of past batches "
                        f"(curverl) reads it; ordergrad_prompt_weight is {self.ordergrad_prompt_weight!r}"))
+    from .dynamic_sampling import DYNAMIC_SAMPLING
+
     if self.ordergrad_dynamic_sampling_max_rounds != defaults["ordergrad_dynamic_sampling_max_rounds"] \
-            and self.ordergrad_dynamic_sampling != "refill":
-        unused.append(("ordergrad_dynamic_sampling_max_rounds", "only ordergrad_dynamic_sampling='refill' reads it; "
-                       f"it is {self.ordergrad_dynamic_sampling!r}"))
+            and not DYNAMIC_SAMPLING[self.ordergrad_dynamic_sampling].refills:
+        refilling = " or ".join(repr(m.name) for m in DYNAMIC_SAMPLING.values() if m.refills)
+        unused.append(("ordergrad_dynamic_sampling_max_rounds", f"only ordergrad_dynamic_sampling={refilling} reads "
+                       f"it; it is {self.ordergrad_dynamic_sampling!r}"))
     for name, why in unused:
         logging.getLogger("ordergrad_trl.training.config").warning(
             "%s=%r is unused: %s.", name, getattr(self, name), why)

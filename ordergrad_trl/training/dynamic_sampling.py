@@ -1,7 +1,10 @@
-"""`ordergrad_dynamic_sampling`: train only on groups whose OrderGrad advantages are not all 0 (filter or refill).
+"""`ordergrad_dynamic_sampling`: train only on groups that carry a gradient; each mode is a row of `DYNAMIC_SAMPLING`.
 
-A group is empty when the plan's own advantages (estimator, prompt weight, scaling) are 0 for every rollout, decided
-on the gathered batch so every process keeps the same groups; a reward-variance rule (`std != 0`) is wrong for
+A mode's row says what it reads, the rule that leaves a group out (given the plan's record of each generated round,
+`GroupedBatch`), and whether it refills; the config's check and help, the trainer and the tests iterate the rows, so
+a new mode is its row and its test. The package's `filter` and `refill` leave out the empty groups: the plan's own
+advantages (estimator, prompt weight, scaling) are 0 for every rollout, decided on the gathered batch so every
+process keeps the same groups; a reward-variance rule (`std != 0`) is wrong for
 order statistics (docs/training.md). Shapes never change across processes: an empty group's rows stay in the batch
 with a loss weight of 0 (TRL's `tool_mask`, which `_compute_loss` multiplies into the completion mask), and the
 normalizer is corrected so the loss equals that of the same batch with the empty groups removed by hand:
@@ -15,13 +18,58 @@ empty rows weighted 0. A generation batch without any non-empty group skips the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
 from transformers import TrainerCallback
 
+from ..core.plan import GroupedBatch
+from ..core.registry_base import Registry
+
 logger = logging.getLogger(__name__)
 
-MODES = ("off", "filter", "refill")
+
+@dataclass(frozen=True)
+class SamplingMode:
+    """One `ordergrad_dynamic_sampling` mode: `leaves_out(round's GroupedBatch) -> (G,) bool`, the groups it does
+    not train (None: every group trains, no dynamic sampling at all); `refills`: further rounds are generated until
+    the batch is full of kept groups (or `ordergrad_dynamic_sampling_max_rounds`)."""
+
+    name: str
+    reads: str  # what its rule reads, shown in the config help
+    refills: bool
+    help: str
+    leaves_out: Callable[[GroupedBatch], torch.Tensor] | None
+
+
+_ROWS: Registry[SamplingMode] = Registry("dynamic-sampling mode", holder=lambda m: f"the row of {m.help!r}")
+_MODES = _ROWS.rows
+DYNAMIC_SAMPLING: Mapping[str, SamplingMode] = _ROWS.view  # name -> row, in registration order
+
+
+def register_dynamic_sampling(mode: SamplingMode) -> SamplingMode:
+    """Add a mode's row; a name that is not a lower-case identifier, or is taken, raises."""
+    return _ROWS.add(mode.name, mode)
+
+
+def dynamic_sampling_help() -> str:
+    """`ordergrad_dynamic_sampling`'s help: every mode with its summary."""
+    return _ROWS.help(lambda m: f"'{m.name}' ({m.help}" + (f"; reads {m.reads})" if m.leaves_out else ")"))
+
+
+def empty_of(batch: GroupedBatch) -> torch.Tensor:
+    """The plan's empty groups (every final advantage 0), the rule of `ordergrad/frac_zero_adv_groups`."""
+    return batch.empty
+
+
+_FINAL = "the plan's final advantages, after the estimator, prompt weight and scaling"
+register_dynamic_sampling(SamplingMode("off", "nothing", False, "train on every group", None))
+register_dynamic_sampling(SamplingMode(
+    "filter", _FINAL, False, "train without the groups whose advantages are all 0", empty_of))
+register_dynamic_sampling(SamplingMode(
+    "refill", _FINAL, True, "also generate further prompts until the batch is full of groups with a gradient",
+    empty_of))
 ROW_MEAN_LOSSES = ("dr_grpo", "luspo")  # loss = sum over rows / rows per micro-batch: kept rows weigh n / n_kept
 TOKEN_COUNT_LOSSES = ("dapo", "cispo", "vespo")  # loss / the generation batch's token count: recounted over kept rows
 SUPPORTED_LOSS_TYPES = ROW_MEAN_LOSSES + TOKEN_COUNT_LOSSES
@@ -33,7 +81,7 @@ _RIGHT = {"completion_ids": None, "completion_mask": 0, "tool_mask": 1, "old_per
 
 def empty_groups(advantages: torch.Tensor) -> torch.Tensor:
     """`(num_groups, N)` final advantages -> `(num_groups,)` bool: the groups whose every advantage is 0 (NaN rows
-    are already 0), the rule of `ordergrad/frac_zero_adv_groups`."""
+    are already 0), `GroupedBatch.empty` for a batch already reshaped."""
     return (advantages == 0).all(dim=1)
 
 
@@ -88,21 +136,28 @@ class Selection:
         return rows
 
 
-class DynamicSampling:
-    """The trainer's `ordergrad_dynamic_sampling` (filter or refill), called in place of one generation batch."""
+def dynamic_sampling_of(trainer) -> DynamicSampling | None:
+    """The trainer's dynamic sampling, None for a mode that trains every group."""
+    row = DYNAMIC_SAMPLING[trainer.args.ordergrad_dynamic_sampling]
+    return None if row.leaves_out is None else DynamicSampling(trainer, row)
 
-    def __init__(self, trainer):
+
+class DynamicSampling:
+    """The trainer's `ordergrad_dynamic_sampling` (a mode that leaves groups out), in place of one generation batch."""
+
+    def __init__(self, trainer, row: SamplingMode):
         self.trainer, args = trainer, trainer.args
-        self.mode, self.max_rounds = args.ordergrad_dynamic_sampling, args.ordergrad_dynamic_sampling_max_rounds
+        self.row, self.mode, self.max_rounds = row, row.name, args.ordergrad_dynamic_sampling_max_rounds
         self.batch_has_signal, self.step_has_signal = True, False
         self._order, self._position = None, 0
-        if self.mode == "refill":
+        if row.refills:
             dataset = trainer.train_dataset
             if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or isinstance(
                 dataset, torch.utils.data.IterableDataset
             ):
-                raise ValueError("ordergrad_dynamic_sampling='refill' needs a train_dataset with len() and indexing "
-                                 "(its extra prompts are drawn from it): use 'filter' with an iterable dataset.")
+                raise ValueError(f"ordergrad_dynamic_sampling={self.mode!r} needs a train_dataset with len() and "
+                                 "indexing (its extra prompts are drawn from it): use a mode that does not refill "
+                                 "('filter') with an iterable dataset.")
             self._generator = torch.Generator().manual_seed(args.seed + 1)  # not the main sampler's order
         trainer.add_callback(SkipEmptyUpdates(self))
 
@@ -122,17 +177,22 @@ class DynamicSampling:
         start = trainer.accelerator.process_index * n_local
         return [dict(dataset[i]) for i in rows[start : start + n_local]]
 
-    def generate(self, inputs: list[dict]) -> dict:
+    def generate(self, inputs: list[dict], score, metrics) -> tuple[dict, list]:
+        """One generation batch: `score(inputs) -> (TRL's output, the plan's GroupedBatch)` per round (the trainer's
+        scoring, handed in), the groups to train chosen from each round's record (`empty`). Returns this process's
+        output and every round's record (the trainer feeds a stateful prompt weight's window once, from all of
+        them); `metrics` is where the rounds and groups trained are logged."""
         trainer = self.trainer
         n, n_local = trainer.num_generations, len(inputs)
-        output, advantages = trainer._ordergrad_score(inputs)
-        rounds = [output]
+        output, batch = score(inputs)
+        rounds, records = [output], [batch]
         selection = Selection(n_local, trainer.accelerator.num_processes, n)
-        selection.add(0, empty_groups(advantages.view(-1, n)))
-        while self.mode == "refill" and not selection.full and len(rounds) <= self.max_rounds:
-            extra, advantages = trainer._ordergrad_score(self._extra_inputs(n_local))
+        selection.add(0, self.row.leaves_out(batch))
+        while self.row.refills and not selection.full and len(rounds) <= self.max_rounds:
+            extra, batch = score(self._extra_inputs(n_local))
             rounds.append(extra)
-            selection.add(len(rounds) - 1, empty_groups(advantages.view(-1, n)))
+            records.append(batch)
+            selection.add(len(rounds) - 1, self.row.leaves_out(batch))
         rows = selection.local_rows(trainer.accelerator.process_index)
         if any(r != 0 for r, _ in selection.chosen):  # decided on the gathered batch: every process assembles
             output = self._assemble(rounds, rows)
@@ -144,20 +204,19 @@ class DynamicSampling:
         groups = len(selection.chosen)
         if groups < selection.target:
             self._weigh(output, keep, groups * n, selection.target * n)
-        metrics = trainer._metrics["train"]
         metrics["ordergrad/dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["ordergrad/dynamic_sampling/groups_trained"].append(float(groups))
         self.batch_has_signal = groups > 0
-        if self.mode == "refill" and not selection.full:
+        if self.row.refills and not selection.full:
             logger.warning(
-                "ordergrad_dynamic_sampling='refill': step %d trains on %d of %d groups after %d extra rounds "
+                "ordergrad_dynamic_sampling=%r: step %d trains on %d of %d groups after %d extra rounds "
                 "(ordergrad_dynamic_sampling_max_rounds=%d); the other rows carry weight 0.",
-                trainer.state.global_step + 1, groups, selection.target, len(rounds) - 1, self.max_rounds,
+                self.mode, trainer.state.global_step + 1, groups, selection.target, len(rounds) - 1, self.max_rounds,
             )  # fmt: skip
         if groups == 0:
             logger.warning("ordergrad_dynamic_sampling=%r: step %d has no group with a nonzero advantage: the "
                            "optimizer step is skipped.", self.mode, trainer.state.global_step + 1)  # fmt: skip
-        return output
+        return output, records
 
     def _weigh(self, output: dict, keep: torch.Tensor, kept_rows: int, rows: int) -> None:
         """Zero the empty rows' loss and correct the normalizer, so the loss is that of the kept rows alone."""
@@ -186,8 +245,9 @@ class DynamicSampling:
                 value = _LEFT.get(key, _RIGHT.get(key))
                 out[key] = _pad(parts, pad_id if value is None else value, left=key in _LEFT)
             else:
-                raise ValueError(f"ordergrad_dynamic_sampling='refill' cannot put together batches holding {key!r} "
-                                 "(multimodal or a newer TRL): use 'filter'.")  # fmt: skip
+                raise ValueError(f"ordergrad_dynamic_sampling={self.mode!r} cannot put together batches holding "
+                                 f"{key!r} (multimodal or a newer TRL): use a mode that does not refill ('filter')."
+                                 )  # fmt: skip
         loss_mask = out["completion_mask"] * out.get("tool_mask", 1)
         out["num_items_in_batch"] = self.trainer.accelerator.gather(loss_mask.sum()).sum()
         return out

@@ -18,7 +18,7 @@ import math
 import numbers
 import typing
 
-__all__ = ["MAX_DECAY_PER_STEP", "MIN_TEMPERATURE", "RANGES", "check_numeric_fields"]
+__all__ = ["MAX_DECAY_PER_STEP", "MIN_TEMPERATURE", "RANGES", "check_numeric_fields", "plain_numpy_values"]
 
 MIN_TEMPERATURE = 1e-3  # the eval's floor (`ordergrad-eval --temperature`): TRL samples at temperature > 0 only
 MAX_DECAY_PER_STEP = 1.0  # AdamW's decoupled decay multiplies each weight by (1 - learning_rate * weight_decay)
@@ -131,6 +131,33 @@ def _plain_number(config, name: str, value):
     except Exception:  # a frozen or slotted config: checked as the plain number, left as given
         pass
     return value
+
+
+def _plain(value):
+    """`value` with every numpy scalar in it (at any depth of lists, tuples and dicts) as the Python number it holds."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        return value.item()  # np.int64 -> int, np.float32 -> float, np.bool_ -> bool
+    if type(value) in (list, tuple):
+        items = [_plain(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+    if type(value) is dict:
+        items = {k: _plain(v) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    return value  # the same object when nothing in it is numpy: the field is left untouched
+
+
+def plain_numpy_values(config) -> None:
+    """Every field of dataclass `config` with its numpy scalars made plain numbers, before any check reads them: a
+    script that computes a setting with numpy (`ordergrad_k=np.int64(4)`, `ordergrad_log_ks=list(np.arange(1, 9))`)
+    gets what a plain number gets, for the ordergrad_* fields, whose checks ask for `int`, as for TRL's."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name, None)
+        plain = _plain(value)
+        if plain is not value:
+            try:
+                object.__setattr__(config, f.name, plain)
+            except Exception:  # a frozen or slotted config: left as given, its checks then name the field
+                pass
 
 
 def _check_together(config) -> None:

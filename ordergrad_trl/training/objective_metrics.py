@@ -1,4 +1,4 @@
-"""`ordergrad/objective/<name>` metrics of `OrderGradTrainer` with one objective per reward function."""
+"""`ordergrad/objective` (and `/<name>`, `/k`, `/schedule_stage`) metrics of `OrderGradTrainer`, for each batch."""
 
 from __future__ import annotations
 
@@ -24,3 +24,17 @@ def log_objective_per_reward(trainer, per_func: torch.Tensor, metrics) -> None:
             total += trainer.reward_weights[f].item() * value
     if total is not None:
         metrics["ordergrad/objective"].append(total)
+
+
+def log_objective(trainer, grouped: torch.Tensor, per_func: torch.Tensor, metrics) -> None:
+    """The active objective's unbiased estimate on `(num_groups, N)` rewards (`ordergrad/objective`, when N >= K), its
+    K and schedule stage; with one objective per reward function, `log_objective_per_reward` on `per_func`."""
+    if trainer.ordergrad_plan.per_reward is not None:
+        return log_objective_per_reward(trainer, per_func, metrics)
+    if grouped.shape[-1] >= trainer.ordergrad_k:
+        exact = grouped.to(_float64_device(grouped)).double()  # MPS has no float64: the CPU there
+        values = lstat_value(exact, trainer.ordergrad_weights)  # (num_groups,), NaN if < K scorable
+        metrics["ordergrad/objective"].append(torch.nanmean(values).item())
+    metrics["ordergrad/k"].append(float(trainer.ordergrad_k))
+    if trainer.ordergrad_plan.scheduled:
+        metrics["ordergrad/schedule_stage"].append(float(trainer.ordergrad_stage))

@@ -9,18 +9,25 @@ start-up), and the project's own files go through the eval's safe writer (`evalu
 `lock_output_dir` takes the eval's run lock (`evaluation.lock`: a flock on `.<name>.ordergrad-lock` beside the
 folder, released by the kernel when the process ends) for the main process, so a second run into the same folder,
 or an `--overwrite_output_dir` that would move a running run aside, is refused with one line naming the holder.
+
+`save_errors` turns what a full disk raises inside a save into an `OSError` naming the folder: safetensors raises its
+own `SafetensorError` ("I/O error: No space left on device (os error 28)") and torch.save a `RuntimeError` from its
+stream writer, neither an OSError nor naming a file, so a recipe's one-line I/O error (exit 1) would not catch them.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..evaluation.errors import UsageError
 from ..evaluation.lock import acquire
 
-__all__ = ["OutputDirError", "lock_output_dir", "refuse_links"]
+__all__ = ["OutputDirError", "lock_output_dir", "refuse_links", "save_errors"]
 
 
 class OutputDirError(ValueError):
@@ -62,3 +69,38 @@ def refuse_links(folder: str | os.PathLike) -> None:
             raise OutputDirError(f"output_dir {root}: {path} is {what}; a save writes files in place and would change "
                                  "what it points to, outside this run: replace it with a copy (cp -L) or remove it, "
                                  "or use a new output_dir")
+
+
+_TORCH_WRITER = re.compile(r"PytorchStreamWriter|inline_container|file write failed")  # torch.save's own words
+_OS_ERROR = re.compile(r"os error (\d+)")  # safetensors (Rust) quotes the errno so
+
+
+@contextmanager
+def save_errors(folder: str | os.PathLike):
+    """Inside a save into `folder`: a write failure raised as safetensors' or torch's own error becomes an `OSError`
+    with its errno (from the message; else ENOSPC when the disk is full, else EIO) and `folder` as its filename.
+    Any other error passes as it is."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as err:
+        text = " ".join(str(err).split())
+        torch_writer = isinstance(err, RuntimeError) and _TORCH_WRITER.search(text)
+        if type(err).__name__ != "SafetensorError" and not torch_writer:
+            raise
+        found = _OS_ERROR.search(text)
+        code = int(found.group(1)) if found else errno.ENOSPC if _disk_full(folder) else errno.EIO
+        raise OSError(code, f"{os.strerror(code)} while saving ({text[:160]})", str(folder)) from None
+
+
+def _disk_full(folder) -> bool:
+    import shutil
+
+    path = Path(folder)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free < 1 << 20  # under 1 MiB left: torch's writer failed for want of room
+    except OSError:
+        return False

@@ -1,6 +1,7 @@
-"""The trainer's prompt-weight stage: groups weighted and logged, and CurveRL's window kept in checkpoints.
+"""The trainer's prompt-weight bookkeeping: the weights logged, and CurveRL's window fed and kept in checkpoints.
 
-Each group's advantages are multiplied by its weight and the weights logged (`weigh_groups`). The stateful weight's
+The plan weighs the groups (`ObjectivePlan.grouped_advantages`); here its record's weights are logged
+(`log_prompt_weights`) and a trained batch joins the window once (`join_window`). The stateful weight's
 window (CurveRL's past pass rates) lives in each checkpoint's `trainer_state.json`: transformers saves every
 `ExportableState` callback's `state()` there and loads the file when a run resumes, before `on_train_begin`; so the
 window needs no file of its own, is written atomically with the rest of the checkpoint, and a resumed run's next
@@ -16,12 +17,11 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..core.advantage import _float64_device
-from ..core.prompt_weights import DEFAULT_WINDOW, PromptWeightSpec, PromptWindow, success_rates
+from ..core.prompt_weights import DEFAULT_WINDOW, PromptWindow
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PromptWindowState", "attach_window", "weigh_groups", "window_of"]
+__all__ = ["PromptWindowState", "attach_window", "join_window", "log_prompt_weights", "window_of"]
 
 
 def attach_window(trainer) -> None:
@@ -38,24 +38,22 @@ def window_of(trainer) -> PromptWindow | None:
     return held[0] if held else None
 
 
-def weigh_groups(advantages: torch.Tensor, weights: torch.Tensor, grouped: torch.Tensor, spec: PromptWeightSpec,
-                 window: PromptWindow | None, train: bool, metrics) -> torch.Tensor:  # fmt: skip
-    """`(G, N)` advantages times each group's `(G,)` weight, in float64; logs `ordergrad/prompt_weight/*`; in training
-    the batch (`grouped`, the gathered `(G, N)` rewards, identical on every rank) then joins a stateful weight's
-    window."""
-    if weights.shape != grouped.shape[:1]:
-        raise ValueError(f"compute_prompt_weights returned shape {tuple(weights.shape)}, expected "
-                         f"({grouped.shape[0]},): one weight per group")  # fmt: skip
+def log_prompt_weights(weights: torch.Tensor, window: PromptWindow | None, metrics) -> None:
+    """`ordergrad/prompt_weight/*` of one batch's `(G,)` weights, and the rates the window held before it."""
     metrics["ordergrad/prompt_weight/mean"].append(weights.mean().item())
     metrics["ordergrad/prompt_weight/max"].append(weights.max().item())
     metrics["ordergrad/prompt_weight/frac_zero"].append((weights == 0).double().mean().item())
     if window is not None:
         metrics["ordergrad/prompt_weight/window"].append(float(len(window)))
-        if train:
-            window.push(success_rates(grouped, spec))  # the window keeps the rates inside (0, 1)
-    device = _float64_device(advantages)  # the CPU where there is no float64 (MPS)
-    weighted = advantages.to(device).double() * weights.to(device).double()[:, None]
-    return weighted.to(advantages.dtype).to(advantages.device)
+
+
+def join_window(window: PromptWindow | None, batches) -> None:
+    """One push per trained batch: the p_hat of every round generated for it (`GroupedBatch`es; dynamic sampling's
+    refill has several), after all of them were weighed against the window as it stood before the batch, so no round
+    is weighed against an earlier round of its own batch. The rates are the gathered batch's, the same on every
+    rank."""
+    if window is not None:
+        window.push(torch.cat([batch.p_hat for batch in batches]))  # the window keeps the rates inside (0, 1)
 
 
 class PromptWindowState(TrainerCallback, ExportableState):

@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 from torch import nn
 
-__all__ = ["check_reward_values", "checked_reward_funcs"]
+from ..core.reward_range import RANGE_ATTRIBUTE, weighted_sum_range
+
+__all__ = ["RewardRangeError", "check_prompt_weight_range", "check_reward_values", "checked_reward_funcs"]
 
 
 def _is_async(func) -> bool:
@@ -81,3 +83,33 @@ def checked_reward_funcs(funcs: list, names: list[str]) -> list:
     """`funcs` with every plain callable wrapped by a value check naming it (`names`: TRL's names, same order).
     Reward models (`nn.Module`) are TRL's to run and stay as they are."""
     return [f if isinstance(f, nn.Module) else _checked(f, name) for f, name in zip(funcs, names, strict=True)]
+
+
+class RewardRangeError(ValueError):
+    """Reward functions whose weighted sum can leave the range the prompt weight takes (found at construction)."""
+
+
+def check_prompt_weight_range(args, funcs: list, names: list[str]) -> None:
+    """RewardRangeError naming `ordergrad_prompt_weight` and the reward functions when the range of their weighted sum
+    (TRL's reward: sum_f reward_weights[f] * r_f, a None counted as 0) can leave what the prompt weight takes: [0, 1]
+    (p_hat is a group's mean reward), or only 0 and 1 for a binary weight. Only where every function with a non-zero
+    weight declares its range (`core.reward_range`); else the rewards are checked per batch, as before. Without this
+    a `length` reward (in [-1, 0]) failed at step 1, after the model loaded."""
+    spec = args.ordergrad_plan.prompt_weight
+    weights = list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(funcs)
+    if spec is None or spec.row.rewards == "any" or len(weights) != len(funcs):  # a count TRL refuses itself
+        return
+    used = [(n, float(w), getattr(f, RANGE_ATTRIBUTE, None)) for f, n, w in zip(funcs, names, weights) if w != 0]
+    if not used or any(r is None for _, _, r in used):
+        return
+    binary = spec.row.rewards == "0/1"
+    reach = weighted_sum_range([(w, r) for _, w, r in used], binary)
+    if reach is None or (not binary and 0 <= reach[0] and reach[1] <= 1):
+        return
+    need = "0 or 1 (MaxRL's success rate)" if binary else "in [0, 1] (p_hat is a group's mean reward)"
+    each = ", ".join(f"{n} {r} x {w:g}" for n, w, r in used)
+    shown = "can take other values" if binary else f"can reach [{reach[0]:g}, {reach[1]:g}]"
+    raise RewardRangeError(
+        f"ordergrad_prompt_weight={str(spec)!r} takes rewards {need}, but the weighted sum of the reward functions "
+        f"({each}, by reward_weights) {shown}: set reward_weights so it stays in range, drop the reward function, "
+        "or use ordergrad_prompt_weight='none'.")

@@ -11,7 +11,8 @@ each `checkpoint-<step>/`. Before anything loads:
   logs, saves and evaluates, where it reports). Everything else is compared generically, field by field over every
   group of the record (every `ordergrad_*` field, the plan, the model, `num_generations`, the data, the seed, the
   optimizer...), so a field added later is covered without a list. A field the checkpoint's record lacks (added
-  since) counts as differing unless its new value is its default.
+  since) counts as differing unless its new value is its default (for the plan, None: a stage unused, such as
+  the prompt weight of a checkpoint saved before there were any).
 - `check_new_run` refuses a fresh run into an `output_dir` that holds another run's record (settings that differ
   outside `RESUMABLE`), its checkpoints, or a model's weights without a record, by name, unless `overwrite` is
   asked for: the old run is then moved aside whole to `<output_dir>.replaced-<UTC time>` (as
@@ -136,6 +137,8 @@ def differences(old: dict, new: dict, defaults: dict[str, Any] | None = None) ->
             if key.startswith(f"{DATA_GROUP}."):  # a record from before the data's hash was kept: the path decides
                 continue
             if name in defaults and _same(json.loads(json.dumps(defaults[name], default=str)), value):
+                continue
+            if key.startswith("ordergrad_plan.") and value is None:  # a stage of the plan added since, unused now
                 continue
             out.append(f"{key}: (not in the checkpoint's record) -> {_short(value)}")
         elif not _same(before[key], value):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import textwrap
 import warnings
 
@@ -21,20 +22,22 @@ from packaging.version import Version
 from trl import GRPOTrainer
 from trl.extras.profiling import profiling_context
 
-from ..core.advantage import _float64_device, lstat_value
-from ..core.plan import ObjectivePlan
+from ..core.advantage import _float64_device
+from ..core.plan import GroupedBatch, ObjectivePlan
 from ..tasks.reward_settings import reward_env_settings
 from .config import EXACT_LOSS_TYPES, OrderGradConfig
-from .dynamic_sampling import DynamicSampling
+from .dynamic_sampling import dynamic_sampling_of
+from .checkpoint_checks import check_checkpoint, resolve_resume
 from .config_checks import check_dataset_size
 from .engine_guard import check_engine
 from .finite_guard import (
     StopOnNonFiniteWeights, check_finite_loss, check_finite_weights, check_reward_magnitudes, warn_if_overflowing,
 )  # fmt: skip
-from .objective_metrics import log_objective_per_reward
-from .output_dir import refuse_links
+from .objective_metrics import log_objective
+from .output_dir import refuse_links, save_errors
 from .passk import group_passk
-from .prompt_weights import attach_window, weigh_groups, window_of
+from .prompt_weights import attach_window, join_window, log_prompt_weights, window_of
+from .reward_checks import check_prompt_weight_range
 from .resolved_config import SaveResolvedConfig, resolved_config
 from .trl_private import TESTED_TRL_VERSIONS, check_instance, shutdown_colocated_vllm
 
@@ -67,37 +70,14 @@ class OrderGradTrainer(GRPOTrainer):
     the step alone, so it survives checkpoint resumes), and `ordergrad_reward_objectives` gives each reward
     function its own objective (see [`~OrderGradTrainer.compute_advantages_per_reward`]).
 
-    Logged metrics (on the gathered batch, identical on every process), in addition to TRL's:
-
-    - `ordergrad/objective`: mean over the batch's groups of the unbiased estimate of J (`lstat_value`) for the
-      active objective, whichever estimator trains; only when the group size is at least K. With
-      `ordergrad_reward_objectives`: sum_f reward_weight_f * `ordergrad/objective/<name>`, logged when every J_f is.
-    - `ordergrad/objective/<name>`: with `ordergrad_reward_objectives` only, the estimate of J_f for reward
-      function `<name>` (unweighted, in that function's units), when the group size is at least K_f.
-    - `ordergrad/k`: the active K; `ordergrad/schedule_stage`: the index of the active `ordergrad_schedule` entry
-      (only with a schedule). Like all TRL metrics, averaged over the `logging_steps` window.
-    - `ordergrad/prompt_weight/{mean,max,frac_zero}`, `/window`: with `ordergrad_prompt_weight`, over the batch's
-      groups; the rates a stateful weight's window held before the batch (docs/training.md).
-    - `ordergrad/frac_zero_adv_groups`: fraction of groups whose advantages are all 0 (no learning signal), of every
-      round generated; `ordergrad/dynamic_sampling/{rounds,groups_trained}` with `ordergrad_dynamic_sampling`.
-    - `ordergrad/adv_abs_mean`: mean absolute advantage over all rollouts.
-    - `ordergrad/pass@k`, `ordergrad/pass^k` for each k of `ordergrad_log_ks` up to the group size: the unbiased
-      estimates 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) from each group's n scorable 0/1 rewards (c of them 1), the
-      mean over the groups of the logging window with at least k scorable rollouts (`ordergrad_trl.training.passk`).
-      Rewards that are not all 0/1 give `ordergrad/best@k`, `ordergrad/worst@k` instead: the expected best / worst of
-      k rewards (ReMax / ReMin `lstat_value`).
+    Logged, besides TRL's metrics (docs/training.md#logged-metrics defines each): `ordergrad/objective` (the unbiased
+    estimate of J), `/k`, `/schedule_stage`, `/prompt_weight/*`, `/frac_zero_adv_groups` (groups with no learning
+    signal), `/dynamic_sampling/*`, `/adv_abs_mean`, `/pass@k` and `/pass^k` (`/best@k`, `/worst@k` if not 0/1).
 
     The completions table (`log_completions=True`) shows these advantages, not GRPO's.
 
-    Example:
-
-    ```python
-    >>> from ordergrad_trl import OrderGradConfig, OrderGradTrainer
-    >>> args = OrderGradConfig(output_dir="out", ordergrad_objective="ReMax", ordergrad_k=4, num_generations=8)
-    >>> trainer = OrderGradTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=my_reward, args=args,
-    ...                            train_dataset=dataset)
-    >>> trainer.train()
-    ```
+    Example: `OrderGradTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=my_reward, args=OrderGradConfig(
+    output_dir="out", ordergrad_objective="ReMax", ordergrad_k=4, num_generations=8), train_dataset=dataset).train()`.
     """
 
     # Read by TRL's `create_model_card` (BaseTrainer), which writes README.md with every checkpoint and on push.
@@ -150,6 +130,8 @@ class OrderGradTrainer(GRPOTrainer):
         # before the model loads: a set smaller than one generation batch would train 0 steps and exit 0
         check_dataset_size(args, kwargs.get("train_dataset", pargs[0] if pargs else None))
         reward_env_settings()  # ORDERGRAD_REWARD_* set since import are checked now, not at the first reward call
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]  # a range the weight cannot take:
+        check_prompt_weight_range(args, funcs, [getattr(f, "__name__", repr(f)) for f in funcs])  # before the model
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         check_engine(self)  # FSDP / DeepSpeed asked for but not built (accelerate's CPU fallback): refused, not DDP
         check_instance(self)  # the private instance attributes the trainer reads (trl_private.SEAMS)
@@ -178,14 +160,21 @@ class OrderGradTrainer(GRPOTrainer):
         self.reward_funcs = checked_reward_funcs(self.reward_funcs, self.reward_func_names)
         # Set by `_calculate_rewards` for the enclosing `_generate_and_score_completions` call only.
         self._ordergrad_gathered_rewards = None
-        off = args.ordergrad_dynamic_sampling == "off"
-        self.ordergrad_dynamic_sampling = None if off else DynamicSampling(self)  # dynamic_sampling.py
+        self.ordergrad_dynamic_sampling = dynamic_sampling_of(self)  # None for a mode that trains every group
         if args.loss_type not in EXACT_LOSS_TYPES:
             logger.warning(
                 "loss_type=%r: the gradient is no longer an unbiased estimate of grad J up to a constant "
                 "(see OrderGradConfig); 'dr_grpo' (default) or 'luspo' keep it unbiased.",
                 args.loss_type,
             )
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """`Trainer.train`, after the checkpoint to resume is checked file by file (`checkpoint_checks`): a damaged
+        one fails naming its file, and a missing optimizer.pt is warned about."""
+        checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir)
+        if checkpoint is not None and os.path.isdir(checkpoint):  # transformers names a missing folder itself
+            check_checkpoint(checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -210,14 +199,16 @@ class OrderGradTrainer(GRPOTrainer):
             check_finite_weights(self, f"not saving to {output_dir or self.args.output_dir}")
         if self.is_world_process_zero():  # transformers' writes follow links: none may be there
             refuse_links(output_dir or self.args.output_dir)
-        super().save_model(output_dir, _internal_call)
+        with save_errors(output_dir or self.args.output_dir):  # a full disk: an OSError naming the folder
+            super().save_model(output_dir, _internal_call)
         if self.is_world_process_zero():
             self.ordergrad_saver.write(output_dir or self.args.output_dir)
 
     def _save_checkpoint(self, model, trial):
         if self.is_world_process_zero():  # a checkpoint folder (or a link in its place) must hold no link
             refuse_links(self.args.output_dir)
-        return super()._save_checkpoint(model, trial)
+        with save_errors(f"{self.args.output_dir}/checkpoint-{self.state.global_step}"):
+            return super()._save_checkpoint(model, trial)
 
     # ------------------------------------------------------------------------------------------ active objective
 
@@ -314,13 +305,19 @@ class OrderGradTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        if self.ordergrad_dynamic_sampling is not None and self.model.training:
-            return self.ordergrad_dynamic_sampling.generate(inputs)  # calls _ordergrad_score once per round
-        return self._ordergrad_score(inputs)[0]
+        if self.ordergrad_dynamic_sampling is not None and self.model.training:  # one _ordergrad_score per round
+            output, batches = self.ordergrad_dynamic_sampling.generate(inputs, self._ordergrad_score,
+                                                                       self._metrics["train"])  # fmt: skip
+        else:
+            output, batch = self._ordergrad_score(inputs)
+            batches = [batch]
+        if self.model.training:  # a trained batch joins a stateful weight's window once, after all its rounds
+            join_window(self.ordergrad_prompt_window, batches)
+        return output
 
-    def _ordergrad_score(self, inputs) -> tuple[dict, torch.Tensor]:
-        """TRL's generation and scoring of `inputs` with OrderGrad's advantages: its output, and the gathered
-        `(N_global,)` advantages."""
+    def _ordergrad_score(self, inputs) -> tuple[dict, GroupedBatch]:
+        """TRL's generation and scoring of `inputs` with OrderGrad's advantages: its output, and the plan's record of
+        the gathered batch (`(N_global,)` advantages, p_hat, weights, empty groups)."""
         self._ordergrad_gathered_rewards = None
         try:
             output = super()._generate_and_score_completions(inputs)
@@ -336,7 +333,8 @@ class OrderGradTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         with profiling_context(self, "ordergrad_advantages"):  # TRL's profiling/ timing, as for its own stages
-            advantages = self._ordergrad_advantages(rewards_per_func, group_size, mode)  # (N_global,)
+            batch = self._ordergrad_batch(rewards_per_func, group_size, mode)
+        advantages = batch.advantages  # (N_global,)
 
         # The same local slice TRL takes: process p holds rows [p * n_local, (p + 1) * n_local) of the gathered batch.
         n_local = len(inputs)
@@ -356,53 +354,44 @@ class OrderGradTrainer(GRPOTrainer):
         for _ in range(min(advantages.shape[0], len(logged))):
             logged.pop()
         logged.extend(advantages.tolist())
-        return output, advantages
+        return output, batch
 
     def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
         """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""
+        return self._ordergrad_batch(rewards_per_func, group_size, mode).advantages
+
+    def _ordergrad_batch(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> GroupedBatch:
+        """Gathered `(N_global, num_funcs)` rewards -> the plan's record of the batch, logging the metrics from it."""
         # Weighted sum as TRL's "sum_then_normalize": a None from some functions counts as 0, from all as unscorable.
         weights = self.reward_weights.to(rewards_per_func.device)
         weighted = rewards_per_func * weights.unsqueeze(0)  # (N_global, num_funcs)
         check_reward_magnitudes(rewards_per_func, weighted, self.reward_func_names, self.reward_weights,
                                 self.state.global_step + 1)
         unscorable = torch.isnan(rewards_per_func).all(dim=1)  # (N_global,)
-        rewards = weighted.nansum(dim=1)
-        rewards = rewards.masked_fill(unscorable, torch.nan)
+        rewards = weighted.nansum(dim=1).masked_fill(unscorable, torch.nan)  # (N_global,), NaN: unscorable
         grouped = rewards.view(-1, group_size)  # (num_groups, N)
         per_func = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])  # (num_groups, N, num_funcs)
-
-        if self.ordergrad_plan.per_reward is not None:
-            advantages = self.compute_advantages_per_reward(per_func)
-        else:
-            advantages = self.compute_advantages(grouped)
-        if advantages.shape != grouped.shape:
-            raise ValueError(
-                f"compute_advantages returned shape {tuple(advantages.shape)}, expected {tuple(grouped.shape)}"
-            )
-        metrics = self._metrics[mode]
-        weight = self.ordergrad_plan.prompt_weight
-        if weight is not None:  # before scale_rewards, after any override
-            advantages = weigh_groups(advantages, self.compute_prompt_weights(grouped), grouped, weight,
-                                      self.ordergrad_prompt_window, mode == "train", metrics)  # fmt: skip
-        advantages = self.ordergrad_plan.scale_advantages(advantages, grouped)  # scale_rewards, after any override
-        advantages = torch.nan_to_num(advantages, nan=0.0).masked_fill(unscorable.view_as(advantages), 0.0)
+        plan, window, metrics = self.ordergrad_plan, self.ordergrad_prompt_window, self._metrics[mode]
+        estimate = self.compute_advantages
+        if plan.per_reward is not None:  # the batch is one block of equal groups in order: the hook reads per_func
+            estimate = lambda _: self.compute_advantages_per_reward(per_func)  # noqa: E731
+        # an override gets the rewards; the plan's own w(p_hat) reuses the p_hat it computes once
+        overridden = type(self).compute_prompt_weights is not OrderGradTrainer.compute_prompt_weights
+        batch = plan.grouped_advantages(
+            rewards, torch.arange(grouped.shape[0], device=rewards.device).repeat_interleave(group_size),
+            plan.stages[self.ordergrad_stage], window, push=False, compute_advantages=estimate,
+            compute_prompt_weights=self.compute_prompt_weights if overridden else None,
+        )  # the window is fed once per trained batch, by _generate_and_score_completions
+        advantages = batch.advantages.view_as(grouped)
         warn_if_overflowing(advantages, weighted, self.reward_func_names)
-
-        if self.ordergrad_plan.per_reward is not None:
-            log_objective_per_reward(self, per_func, metrics)
-        else:
-            if group_size >= self.ordergrad_k:
-                exact = grouped.to(_float64_device(grouped)).double()  # MPS has no float64: the CPU there
-                values = lstat_value(exact, self.ordergrad_weights)  # (num_groups,), NaN if < K scorable
-                metrics["ordergrad/objective"].append(torch.nanmean(values).item())
-            metrics["ordergrad/k"].append(float(self.ordergrad_k))
-            if self.ordergrad_plan.scheduled:
-                metrics["ordergrad/schedule_stage"].append(float(self.ordergrad_stage))
-        metrics["ordergrad/frac_zero_adv_groups"].append((advantages == 0).all(dim=1).float().mean().item())
+        if batch.prompt_weights is not None:
+            log_prompt_weights(batch.prompt_weights, window, metrics)
+        log_objective(self, grouped, per_func, metrics)  # ordergrad/objective, /k, /schedule_stage
+        metrics["ordergrad/frac_zero_adv_groups"].append(batch.empty.float().mean().item())
         metrics["ordergrad/adv_abs_mean"].append(advantages.abs().mean().item())
         # One entry per group, so that TRL's mean of each list over the logging window (or a whole evaluate(), whose
         # batches can differ in size) is the mean over its groups; the gathered rewards make it the same everywhere.
         for name, values in group_passk(grouped, self.args.ordergrad_ks(group_size)).items():
             if values.numel():  # an empty list would make TRL log None for the window
                 metrics[name].extend(values.tolist())
-        return advantages.reshape(-1)
+        return batch
