@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from compare_summary import load_units, plan_of_flags  # studies/, beside this file
 
-from ordergrad_trl.core.signal import gradient_table, group_signal
+from ordergrad_trl.core.signal import carrying_counts, group_signal
 
 ROOT = Path(__file__).resolve().parent
 ASSETS = ROOT / "assets"
@@ -49,12 +49,9 @@ def predict(flags: list[str], counts: list[int]) -> dict:
     plan = plan_of_flags(flags, N)
     rates = torch.tensor([c / N for c, many in enumerate(counts) for _ in range(many)], dtype=torch.float64)
     plug_in = group_signal(plan, rates).nonzero.mean().item()
-    _, s1, s0, rows, b = gradient_table(plan)
-    assert b == N  # the crossover's arms are symmetric estimators: one chunk, row c holds c successes
-    carries = [bool(s1[c] != 0 or s0[c] != 0) for c in range(N + 1)]
-    from_counts = sum(many for c, many in enumerate(counts) if carries[c]) / sum(counts)
-    return {"plug_in": plug_in, "from_counts": from_counts, "counts_with_gradient": [c for c in range(N + 1)
-                                                                                    if carries[c]]}  # fmt: skip
+    kept = carrying_counts(plan)  # the crossover's arms are symmetric estimators: never None here
+    from_counts = sum(counts[c] for c in kept) / sum(counts)
+    return {"plug_in": plug_in, "from_counts": from_counts, "counts_with_gradient": kept}
 
 
 def logged(units: list[dict]) -> dict:

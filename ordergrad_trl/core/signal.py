@@ -36,7 +36,7 @@ from .estimators import ESTIMATORS
 from .plan import ObjectivePlan, ObjectiveStage
 from .prompt_weights import PromptWindow, inner
 
-__all__ = ["GroupSignal", "PoolSignal", "group_signal", "pool_signal", "gradient_table", "crossover_p"]
+__all__ = ["GroupSignal", "PoolSignal", "carrying_counts", "crossover_p", "gradient_table", "group_signal", "pool_signal"]
 
 NONZERO_TOL = 1e-12  # |g| at or below this is "no gradient" (the estimators give exact zeros; this absorbs rounding)
 
@@ -114,6 +114,15 @@ def gradient_table(plan: ObjectivePlan, stage: ObjectiveStage | None = None, ref
         adv = plan.scaled_advantages(rewards, stage, window)
     adv = torch.nan_to_num(adv.to(torch.float64), nan=0.0)
     return rewards, (adv * rewards).sum(-1), (adv * (1 - rewards)).sum(-1), counts, b
+
+
+def carrying_counts(plan: ObjectivePlan, stage: ObjectiveStage | None = None) -> list[int] | None:
+    """The success counts c (of N) whose 0/1 group gets a nonzero advantage; None for a chunked estimator (there it
+    depends on how the successes fall into chunks, not on c alone)."""
+    _, s1, s0, counts, b = gradient_table(plan, stage)
+    if b != plan.num_generations:
+        return None
+    return [int(c) for c, a, f in zip(counts.argmax(-1).tolist(), s1.tolist(), s0.tolist()) if a != 0 or f != 0]
 
 
 def _log_binomial(b: int, p: torch.Tensor) -> torch.Tensor:

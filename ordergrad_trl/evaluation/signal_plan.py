@@ -24,7 +24,7 @@ import torch
 from ..core.estimators import ESTIMATORS
 from ..core.plan import SCALES, build_plan, normalize_scale
 from ..core.schedule import parse_objective_at_k
-from ..core.signal import crossover_p, gradient_table, pool_signal
+from ..core.signal import carrying_counts, crossover_p, pool_signal
 from .errors import UsageError
 
 __all__ = ["DEFAULT_CANDIDATES", "PlanArgs", "Candidate", "parse_candidate", "plan_settings", "plan_signal", "success_counts"]
@@ -174,10 +174,11 @@ def _unbiased_share(plan, c: torch.Tensor, m: torch.Tensor) -> float | None:
     """mean_i P(the group has a gradient), the group's count drawn without replacement from problem i's m_i samples
     with c_i correct: unbiased for the share at the true rates when m_i >= N. None for a chunked estimator."""
     n = plan.num_generations
-    _, s1, s0, counts, b = gradient_table(plan)
-    if b != n or bool((m < n).any()):
+    kept = carrying_counts(plan)
+    if kept is None or bool((m < n).any()):
         return None
-    carries = ((s1.abs() > 0) | (s0.abs() > 0)).to(torch.float64)[counts.argmax(-1)]  # (N+1,) by count (one chunk)
+    carries = torch.zeros(n + 1, dtype=torch.float64)  # (N+1,) by count
+    carries[kept] = 1.0
     x = torch.arange(n + 1, dtype=torch.float64)[None, :]  # (1, N+1)
     ci, fi = c[:, None], (m - c)[:, None]
     log_h = (torch.lgamma(ci + 1) - torch.lgamma(x + 1) - torch.lgamma(ci - x + 1)
