@@ -4,7 +4,7 @@ Per step: the fraction of empty groups, the generation rounds, the groups traine
 
     OMP_NUM_THREADS=1 python benchmarks/dynamic_sampling.py [--steps 4 --max-rounds 2 --model PATH]
 
-Each mode runs `recipes/math_cvar.py --config recipes/configs/compare_objectives.yaml --ordergrad_objective ReMax
+Each mode runs `recipes/math_cvar.py --config studies/configs/compare_objectives.yaml --ordergrad_objective ReMax
 --ordergrad_k 8` (SmolLM2-135M-Instruct, the offline copy, unless `--model`; 4 prompts x 16 rollouts per step, seed 0)
 for `--steps` steps in a subprocess, then the table is read from each run's trainer_state.json. `step_time` is TRL's:
 generation (every round), scoring and the 4 accumulated forward/backward passes of the step.
@@ -28,7 +28,7 @@ COLUMNS = (("ordergrad/frac_zero_adv_groups", "empty fraction"), ("ordergrad/dyn
 
 def run(mode: str, args, out: Path) -> list[dict]:
     cmd = [sys.executable, str(REPO / "recipes/math_cvar.py"), "--config",
-           str(REPO / "recipes/configs/compare_objectives.yaml"), "--ordergrad_objective", "ReMax", "--ordergrad_k", "8",
+           str(REPO / "studies/configs/compare_objectives.yaml"), "--ordergrad_objective", "ReMax", "--ordergrad_k", "8",
            "--max_steps", str(args.steps), "--ordergrad_dynamic_sampling", mode, "--ordergrad_dynamic_sampling_max_rounds",
            str(args.max_rounds), "--output_dir", str(out / mode)]  # fmt: skip
     if args.model:

@@ -8,7 +8,7 @@ completions and the only difference is OrderGrad's advantage path. Each round tr
 first) for `--steps` steps; a callback times every optimizer step after `--warmup` ones (CPU time on CPU, wall time
 on GPU). Reported: median step time of each and their ratio three ways (ratio of the medians; median of the
 per-round ratios, robust to load drifting between rounds; ratio of the fastest steps, since noise only adds time;
-target: within 2%), and the work OrderGrad adds per step (`_ordergrad_advantages`, slicing and log replacement,
+target: within 2%), and the work OrderGrad adds per step (`_ordergrad_batch`, slicing and log replacement,
 timed directly), which is the low-noise view of the overhead.
 """
 
@@ -58,17 +58,17 @@ class TimedOrderGradTrainer(OrderGradTrainer):
     added_seconds: list
 
     def _generate_and_score_completions(self, inputs):
-        original = OrderGradTrainer._ordergrad_advantages
+        original = OrderGradTrainer._ordergrad_batch
         start = [0.0]
 
         def timed(self_, *args):
             start[0] = CLOCK()
             return original(self_, *args)
 
-        self._ordergrad_advantages = timed.__get__(self)
+        self._ordergrad_batch = timed.__get__(self)
         output = super()._generate_and_score_completions(inputs)
         self.added_seconds.append(CLOCK() - start[0])
-        del self._ordergrad_advantages
+        del self._ordergrad_batch
         return output
 
 

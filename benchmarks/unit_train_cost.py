@@ -1,6 +1,6 @@
 """Where a comparison unit's training time goes, and what bf16 autocast buys on this CPU.
 
-    OMP_NUM_THREADS=1 python benchmarks/unit_train_cost.py [--rounds 2 --steps 2 --config recipes/configs/compare_digits20.yaml]
+    OMP_NUM_THREADS=1 python benchmarks/unit_train_cost.py [--rounds 2 --steps 2 --config studies/configs/compare_digits20.yaml]
 
 Runs the unit's training recipe (`recipes/math_cvar.py --config ...`, the shipped SmolLM2-135M-Instruct) for
 `--steps` optimizer steps, `--rounds` times in float32 and in bf16 autocast (`--bf16 true`), alternating which goes
@@ -91,7 +91,7 @@ def run_once(precision: str, args: argparse.Namespace, work: Path) -> list[dict]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=str(REPO / "recipes" / "configs" / "compare_digits20.yaml"))
+    parser.add_argument("--config", default=str(REPO / "studies" / "configs" / "compare_digits20.yaml"))
     parser.add_argument("--model", default=None, help="model path (default: the config's, SmolLM2-135M-Instruct)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per run; the first is warm-up")

@@ -298,17 +298,25 @@ def main(script_args: MathScriptArguments, training_args: OrderGradConfig, model
     trainer.end()
 
 
+class RecipeParser(TrlParser):
+    """The recipe's parser: its three argument groups (`MathScriptArguments`, `OrderGradConfig`, `ModelConfig`). A
+    bad flag raises `ValueError` with argparse's message on one line, not argparse's usage block and exit:
+    `parse_command_line` prints it as its one line, and the studies check an arm's flags with this parser."""
+
+    def __init__(self):
+        super().__init__((MathScriptArguments, OrderGradConfig, ModelConfig))
+
+    def error(self, message):
+        raise ValueError(" ".join(message.split()))
+
+
 def parse_command_line(argv: list[str], given: dict[str, str] | None = None) -> tuple:
     """The three argument groups; bad input (a missing or broken `--config`, a key given twice, a bad setting, a
     missing data file or model folder, an unwritable output_dir) exits with one line and status 2, as argparse
     does for a bad flag. `given`, if a dict, receives the settings the user gave: name -> "config" or "command line"."""
     from ordergrad_trl.yaml_config import load_yaml_config  # both CLIs' strict reader: a key given twice is an error
 
-    class Parser(TrlParser):
-        def error(self, message):  # one line naming the flag, not argparse's usage block
-            fail(message)
-
-    parser = Parser((MathScriptArguments, OrderGradConfig, ModelConfig))
+    parser = RecipeParser()
 
     def fail(message: str):
         parser.exit(2, f"{parser.prog}: error: {' '.join(message.split())}\n")

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from compare_headtohead import clause, primary_tests
-from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, resumed_units, write_report
+from compare_headtohead import clause, endpoint_family, primary_tests
+from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, write_report
 from compare_seed_level import stable
 from compare_summary import check_units, load_units
-from unit_records import read_unit
+from unit_records import read_rerun, resumed_units
 from ordergrad_trl.core.stats import bootstrap_ci
 
 FIRST_SEED, NUM_SEEDS = 40, 20
@@ -38,7 +38,6 @@ ALPHA, POWER = 0.05, 0.8
 ENDPOINTS = (("i", "max8", "max2", 8), ("ii", "max2", "max8", 2), ("iii", "curverl", "maxrl", 16))
 REPRO_UNIT = f"max8-s{FIRST_SEED}"
 LABEL = {"max2": "Max@2", "max8": "Max@8", "maxrl": "MaxRL", "curverl": "CurveRL"}
-TRAIN_KEYS = ("reward", "loss")  # the per-step values a rerun must reproduce to the bit
 
 
 def _values(units: dict, seeds: list[int]) -> dict[str, list[float]]:
@@ -46,26 +45,22 @@ def _values(units: dict, seeds: list[int]) -> dict[str, list[float]]:
             for name, arm, minus, k in ENDPOINTS}  # fmt: skip
 
 
-def _train_trace(unit: dict) -> list[list]:
-    return [[step.get(key) for key in TRAIN_KEYS] for step in unit.get("train_log") or []]
-
-
-def repro_check(units: dict, repro_dir: Path, commits: list[str]) -> dict:
-    """`REPRO_UNIT` rerun at a later commit: the same training trace, and an eval pass@1 within sampling noise."""
-    path = repro_dir / f"{REPRO_UNIT}.json"
-    if REPRO_UNIT not in units or not path.exists():
-        return {"unit": REPRO_UNIT, "status": "not available"}
-    rerun, orig = read_unit(path), units[REPRO_UNIT]
-    if rerun.get("commit") in commits:
-        return {"unit": REPRO_UNIT, "status": "not available", "note": "the rerun ran at the design's own commit"}
-    same_training = bool(_train_trace(orig)) and _train_trace(orig) == _train_trace(rerun)
-    if orig["eval"]["problem_ids"] != rerun["eval"]["problem_ids"]:
-        return {"unit": REPRO_UNIT, "status": "failed", "note": "the rerun scored other problems"}
+def repro_check(units: dict, repro_dir: Path, commits: list[str], unit: str = REPRO_UNIT) -> dict:
+    """`unit` rerun at a later commit: the same training trace (`unit_records.TRAIN_KEYS`), and an eval pass@1
+    within sampling noise (a 95% paired bootstrap interval over the problems that holds 0)."""
+    rerun = read_rerun(units.get(unit), repro_dir / f"{unit}.json", commits, rerun_at="later")
+    if rerun is None:
+        return {"unit": unit, "status": "not available"}
+    if rerun.off_commit:
+        return {"unit": unit, "status": "not available", "note": "the rerun ran at the design's own commit"}
+    orig, same_training = rerun.original, rerun.same_training
+    if rerun.counts["problems_differing"] is None:
+        return {"unit": unit, "status": "failed", "note": "the rerun scored other problems"}
     n = orig["num_samples"]
-    diff = (torch.tensor(rerun["eval"]["correct"]) - torch.tensor(orig["eval"]["correct"])).double() / n  # (P,)
+    diff = (torch.tensor(rerun.rerun["eval"]["correct"]) - torch.tensor(orig["eval"]["correct"])).double() / n  # (P,)
     low, high = (x.item() for x in bootstrap_ci(diff, num_samples=10_000))
     ok = same_training and low <= 0 <= high
-    return {"unit": REPRO_UNIT, "status": "passed" if ok else "failed", "commit": rerun.get("commit"),
+    return {"unit": unit, "status": "passed" if ok else "failed", "commit": rerun.commit,
             "same_training": same_training, "pass_at_1_difference": diff.mean().item(), "ci": [low, high]}
 
 
@@ -97,7 +92,7 @@ def crossover(assets: Path, repro_dir: Path | None = None) -> dict:
     report["per_seed"] = [{"seed": s, **{f"{a} pass@{k}": pass_at_k(units[f"{a}-s{s}"], k) for a in ARMS
                                          for k in (1, 2, 8, 16)}, **{n: values[n][i] for n, *_ in ENDPOINTS}}
                           for i, s in enumerate(done)]  # fmt: skip
-    report["tests"] = primary_tests(values, ALPHA, POWER)
+    report["tests"] = primary_tests(*endpoint_family(units, done, ENDPOINTS), ALPHA, POWER)
     report["crossover_shown"] = all(report["tests"][n]["verdict"] == "confirmed" for n in ("i", "ii"))
     report["reproduction_check"] = repro_check(units, repro_dir or assets.parent / f"{assets.name}_repro", commits)
     return report

@@ -24,13 +24,12 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import (
-    MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, rerun_result, write_report,
-)  # fmt: skip
+from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, write_report
 from compare_seed_level import CEILING, detectable, random_effects, stable, welch_test
 from compare_summary import check_units, load_units
-from unit_records import read_unit
-from ordergrad_trl.core.stats import seed_t_test, seed_tests
+from unit_records import read_rerun
+from ordergrad_trl.core.stats import seed_t_test
+from ordergrad_trl.evaluation.compare_seeds import seed_contrasts
 
 SEEDS = tuple(range(25, 40))
 ARMS = ("max8", "maxrl")
@@ -47,13 +46,27 @@ def verdict(mean: float, p_holm: float, alpha: float = ALPHA) -> str:
     return "not confirmed"
 
 
-def primary_tests(values: dict[str, list[float]], alpha: float = ALPHA, power: float = POWER) -> dict:
-    """Per endpoint (its per-seed values): the one-sample t test, Holm over the endpoints, the verdict, the
-    Bonferroni interval that goes with Holm's first step, the seeds above 0 and the detectable effect."""
-    tests = seed_tests(values, alpha)  # the one implementation, shared with `ordergrad-eval compare --groups`
-    return {n: {**t, "verdict": verdict(t["mean"], t["p_holm"], alpha), "above": sum(v > 0 for v in values[n]),
-                "detectable": detectable(t["sd"], t["n"], alpha / len(values), power)}
-            for n, t in tests.items()}  # fmt: skip
+def endpoint_family(units: dict, seeds: list[int], endpoints=ENDPOINTS) -> tuple[dict, dict]:
+    """The endpoints `(name, arm, minus, k)` as `ordergrad-eval compare --groups --contrasts` takes them:
+    ({arm: {"pass@k": per-seed values}}, {name: (arm, minus, "pass@k")}), seeds paired by position."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for _, arm, minus, k in endpoints:
+        for a in (arm, minus):
+            values.setdefault(a, {})[f"pass@{k}"] = [pass_at_k(units[f"{a}-s{s}"], k) for s in seeds]
+    return values, {name: (arm, minus, f"pass@{k}") for name, arm, minus, k in endpoints}
+
+
+def primary_tests(values: dict, contrasts: dict, alpha: float = ALPHA, power: float = POWER) -> dict:
+    """Per endpoint (`endpoint_family`): the one-sample t test over seeds and Holm over the endpoints (compare's
+    seed-level contrasts, the one implementation), the verdict, the Bonferroni interval that goes with Holm's first
+    step, the seeds above 0 and the detectable effect."""
+    tests = seed_contrasts(values, contrasts, alpha)
+    out = {}
+    for name, t in tests.items():
+        d = t.pop("per_seed")
+        out[name] = {**t, "verdict": verdict(t["mean"], t["p_holm"], alpha), "above": sum(v > 0 for v in d),
+                     "detectable": detectable(t["sd"], t["n"], alpha / len(tests), power)}
+    return out
 
 
 def _endpoint_values(units: dict, seeds: list[int]) -> dict[str, list[float]]:
@@ -65,17 +78,17 @@ def repro_check(replication: dict, repro_dir: Path, commits: list[str]) -> dict:
     """Each of `REPRO_UNITS` rerun at the design's commit: the same correct count on every problem?"""
     out = {"units": list(REPRO_UNITS), "path": f"{repro_dir.name}/", "per_unit": {}}
     for name in REPRO_UNITS:
-        path = repro_dir / f"{name}.json"
-        if not path.exists() or name not in replication:
+        rerun = read_rerun(replication.get(name), repro_dir / f"{name}.json", commits, rerun_at="design")
+        if rerun is None:
             out["per_unit"][name] = {"status": "not available"}
             continue
-        rerun, orig = read_unit(path), replication[name]
-        if commits and rerun.get("commit") not in commits:
-            out["per_unit"][name] = {"status": "not available", "note": f"the rerun ran at {rerun.get('commit')}"}
+        if rerun.off_commit:
+            out["per_unit"][name] = {"status": "not available", "note": f"the rerun ran at {rerun.commit}"}
             continue
-        result = rerun_result(orig, rerun)
-        out["per_unit"][name] = {"status": result["status"], "commit": rerun.get("commit"),
-                                 "original_commit": orig.get("commit"), "problems_differing": result["problems_differing"]}  # fmt: skip
+        result = rerun.counts
+        out["per_unit"][name] = {"status": result["status"], "commit": rerun.commit,
+                                 "original_commit": rerun.original.get("commit"),
+                                 "problems_differing": result["problems_differing"]}  # fmt: skip
     statuses = {e["status"] for e in out["per_unit"].values()}
     out["status"] = "passed" if statuses == {"passed"} else "failed" if "failed" in statuses else "not available"
     return out
@@ -117,7 +130,7 @@ def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Pat
     if not complete or len(done) < 2:
         report["interim"] = {"pairs": len(done), "means": {n: sum(v) / len(v) if v else None for n, v in values.items()}}
         return report
-    report["tests"] = primary_tests(values)
+    report["tests"] = primary_tests(*endpoint_family(units, done))
     if replication_dir and replication_dir.is_dir():
         old_units = load_units(replication_dir)
         old = [s for s in sorted({u["seed"] for u in old_units.values() if u["seed"] is not None})

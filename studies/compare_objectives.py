@@ -1,6 +1,6 @@
 """Does the objective move its own metric? GRPO vs RLOO vs Max@8 vs Top-2@4 vs a lower tail, several seeds, on CPU.
 
-Every arm trains SmolLM2-135M-Instruct with `recipes/math_cvar.py` and `recipes/configs/compare_objectives.yaml`
+Every arm trains SmolLM2-135M-Instruct with `recipes/math_cvar.py` and `studies/configs/compare_objectives.yaml`
 on the built-in `digits` task (same base model, data order, sampling, learning rate and steps within a seed; only
 the advantage differs), then `eval/` samples n completions for each held-out problem. A unit (arm x seed, plus the
 untouched base model) writes its small result to `studies/assets/compare_objectives/<unit>.json` as soon as it
@@ -14,6 +14,8 @@ stopped after its training reuses the saved model and only evaluates).
                                                         # the pre-registered replication (compare_replication.py)
     python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_objectives_headtohead
                                                         # the pre-registered head-to-head (compare_headtohead.py)
+    python studies/compare_objectives.py --summarize --assets_dir studies/assets/compare_refill
+                                                        # the pre-registered refill study (compare_refill.py)
     python studies/compare_objectives.py --arms rloo max8 min4 top2of4 --seeds 3 4 5 6 7 8 9   # the ten-seed run
     python studies/compare_objectives.py --arms curverl maxrl --seeds 40       # CurveRL as published vs MaxRL
     python studies/compare_objectives.py --arm 'max8cv=--ordergrad_objective ReMax --ordergrad_k 8
@@ -51,6 +53,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -61,7 +65,7 @@ import yaml
 from unit_records import check_todo, log_history, recorded_flags, valid_units  # studies/, beside this file
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = REPO / "recipes" / "configs" / "compare_objectives.yaml"
+CONFIG = REPO / "studies" / "configs" / "compare_objectives.yaml"
 ASSETS = REPO / "studies" / "assets" / "compare_objectives"
 REPLICATION = REPO / "studies" / "assets" / "compare_objectives_replication"  # seeds 10-24, pre-registered
 HEADTOHEAD = REPO / "studies" / "assets" / "compare_objectives_headtohead"  # max8 vs maxrl, seeds 25-39, pre-registered
@@ -250,9 +254,6 @@ def run_unit(unit: str, args, cfg: dict) -> None:
 def defined_arm(spec: str, num_generations: int) -> tuple[str, list[str]]:
     """`--arm 'NAME=--flag value ...'` -> (NAME, flags), checked now: NAME a new lower-case identifier, the flags those
     of `compare_summary.ARM_FLAGS`, and the plan they build valid for the config's groups."""
-    import re
-    import shlex
-
     from compare_summary import plan_of_flags
 
     name, sep, flags = spec.partition("=")
@@ -272,7 +273,9 @@ def defined_arm(spec: str, num_generations: int) -> tuple[str, list[str]]:
 def recorded_arms(assets: Path, num_generations: int) -> dict[str, list[str]]:
     """The flags of every arm but the built-in ones whose units in `assets` recorded them, checked as `--arm` flags
     are (`unit_records.recorded_flags`), for a later --summarize and for more of its units."""
-    return recorded_flags(assets, num_generations, set(ARMS))
+    from compare_summary import plan_of_flags
+
+    return recorded_flags(assets, num_generations, set(ARMS), plan_of_flags)
 
 
 def main():
@@ -312,7 +315,8 @@ def main():
     args = parser.parse_args()
     args.eval_backend = eval_backend(args.eval_backend, Path(args.assets_dir))
     # units run with cwd=REPO: paths the user gave relative to their own directory are made absolute here
-    args.config = str(Path(args.config).expanduser().resolve())
+    config = Path(args.config).expanduser()  # relative: to the working directory, else (as the recipe) to the repo
+    args.config = str((config if config.exists() or config.is_absolute() else REPO / config).resolve())
     if args.model_name_or_path and Path(args.model_name_or_path).expanduser().exists():
         args.model_name_or_path = str(Path(args.model_name_or_path).expanduser().resolve())
     cfg_overrides = {}
@@ -347,6 +351,7 @@ def main():
         parser.error(f"--arms {unknown_arms}: valid arms are {', '.join(args.arm_flags)} (define others with --arm)")
     from compare_crossover import summarize_crossover  # studies/, beside this file
     from compare_headtohead import summarize_headtohead
+    from compare_refill import summarize_refill
     from compare_replication import summarize_replication
     from compare_summary import summarize
 
@@ -358,6 +363,8 @@ def main():
                 summarize_headtohead(assets, REPLICATION)
             elif assets.resolve().name == CROSSOVER.name:
                 summarize_crossover(assets)
+            elif assets.resolve().name == REFILL.name:
+                summarize_refill(assets)
             else:
                 summarize(assets, list(args.arm_flags), arm_flags=args.arm_flags, seen_seeds=SEEDS)
         except ValueError as e:

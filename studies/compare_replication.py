@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 
 from compare_seed_level import CEILING, detectable, stable
-from compare_summary import check_units, curves, load_units
-from unit_records import read_json, read_unit
+from compare_summary import check_units, load_units
+from unit_records import read_json, read_rerun
 from ordergrad_trl.core.stats import seed_t_test
+from ordergrad_trl.evaluation.compare_seeds import count_value
 
 ARM, BASELINE, K = "max8", "rloo", 8
 SEEDS = tuple(range(10, 25))
@@ -42,7 +43,7 @@ EXPLORATORY = ("maxrl",)  # arms run at the same seeds, reported apart from the 
 
 def pass_at_k(unit: dict, k: int = K) -> float:
     """A unit's pass@k: the mean over its problems of the unbiased estimate from c correct of n samples."""
-    return curves(torch.tensor(unit["eval"]["correct"]), unit["num_samples"])["pass@k"][:, k - 1].mean().item()
+    return count_value(unit["eval"]["correct"], unit["num_samples"], f"pass@{k}")
 
 
 def read_failures(path: Path) -> list[dict]:
@@ -66,14 +67,6 @@ def _pairs(units: dict, seeds) -> tuple[list[int], list[float], list[float]]:
     return done, [pass_at_k(units[f"{BASELINE}-s{s}"]) for s in done], [pass_at_k(units[f"{ARM}-s{s}"]) for s in done]
 
 
-def rerun_result(original: dict, rerun: dict) -> dict:
-    """A committed unit against its rerun: the number of problems whose correct count differs (None when they scored
-    other problems) and "passed" only when none does. The one comparison every reproduction check makes."""
-    a, b = original["eval"], rerun["eval"]
-    differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if a["problem_ids"] == b["problem_ids"] else None
-    return {"status": "passed" if differing == 0 else "failed", "problems_differing": differing}
-
-
 def replace_whole(path: Path, text: str) -> None:
     """Writes `path` through a temporary file beside it: a reader, or a second run at once, never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -91,13 +84,13 @@ def write_report(base: Path, report: dict, text: str) -> None:
 def repro_check(ten_seed: dict, repro_path: Path, commits: list[str]) -> dict:
     """The committed `rloo-s9` rerun at the replication's commit: the same correct count on every problem?"""
     out = {"unit": REPRO_UNIT, "path": f"{repro_path.parent.name}/{repro_path.name}"}  # no machine's absolute path
-    if not repro_path.exists() or REPRO_UNIT not in ten_seed:
+    rerun = read_rerun(ten_seed.get(REPRO_UNIT), repro_path, commits, rerun_at="design")
+    if rerun is None:
         return {**out, "status": "not available"}
-    rerun = read_unit(repro_path)
-    if commits and rerun.get("commit") not in commits:
-        return {**out, "status": "not available", "note": f"the rerun ran at {rerun.get('commit')}, not {commits}"}
-    result = rerun_result(ten_seed[REPRO_UNIT], rerun)
-    return {**out, "status": result["status"], "commit": rerun.get("commit"),
+    if rerun.off_commit:
+        return {**out, "status": "not available", "note": f"the rerun ran at {rerun.commit}, not {commits}"}
+    result = rerun.counts
+    return {**out, "status": result["status"], "commit": rerun.commit,
             "problems_differing": result["problems_differing"]}  # fmt: skip
 
 
@@ -183,12 +176,6 @@ def _pts(x: float) -> str:
     """x in signed points; a nonzero value that would print as 0.0 keeps two decimals (-0.025: "-0.02", not "-0.0")."""
     x = stable(100 * x)
     return f"{x:+.2f}" if 0 < abs(x) < 0.05 else f"{x:+.1f}"
-
-
-def resumed_units(units: dict, expected) -> list[str]:
-    """The units resumed after an interruption: their model was trained in an earlier attempt, which the driver
-    reuses (`train_wall_s` 0: the recorded attempt only evaluated)."""
-    return sorted(u for u in expected if u in units and units[u].get("train_wall_s") == 0)
 
 
 def protocol_lines(r: dict) -> list[str]:

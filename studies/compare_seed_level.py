@@ -16,7 +16,8 @@ from statistics import NormalDist
 
 import torch
 
-from ordergrad_trl.core.stats import detectable_effect, seed_t_test, seed_tests
+from ordergrad_trl.core.stats import detectable_effect, seed_t_test
+from ordergrad_trl.evaluation.compare_seeds import seed_contrasts
 
 METRICS = ("pass@k", "pass^k")
 CEILING = 0.98  # a baseline at or above this on an endpoint leaves an arm little room to gain there
@@ -157,7 +158,14 @@ def seed_level(summary: dict, baseline: str, alpha: float = 0.05, power: float =
                 unseen.append({"arm": arm, "metric": own[arm], "seeds": [common[i] for i in later],
                                **seed_t_test(d[later, j])})  # fmt: skip
     m = len(primaries)
-    family = seed_tests({i: e["per_seed"] for i, e in enumerate(primaries)}, alpha)  # shared with `compare --groups`
+    # the family through `ordergrad-eval compare`'s seed-level contrasts (each arm's per-seed values on its own
+    # objective minus the baseline's): the one implementation of the test and Holm
+    # (keyed by primary: each pairs the baseline on that arm's seeds)
+    values = {e["arm"]: {i: per_seed(e["arm"], "objectives", e["seeds"])[:, names.index(e["metric"])].tolist()}
+              for i, e in enumerate(primaries)}  # fmt: skip
+    values[baseline] = {i: per_seed(baseline, "objectives", e["seeds"])[:, names.index(e["metric"])].tolist()
+                        for i, e in enumerate(primaries)}  # fmt: skip
+    family = seed_contrasts(values, {i: (e["arm"], baseline, i) for i, e in enumerate(primaries)}, alpha)
     for i, entry in enumerate(primaries):
         entry["p_holm"], entry["ci_adjusted"] = family[i]["p_holm"], family[i]["ci_adjusted"]
         power_at = detectable(entry["sd"], entry["n"], alpha / m, power)

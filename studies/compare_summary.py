@@ -3,38 +3,43 @@
 Reads the per-unit JSON files (`<arm>-s<seed>.json`, `base.json`) and writes, beside that folder,
 `compare_objectives.json` (every number), `compare_objectives.md` (a table) and `compare_objectives.png`.
 
-Statistics. A problem's pass@k and pass^k are the unbiased U-statistics of its c correct of n samples
-(`lstat_value` with `ReMax` / `ReMin` weights: 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k)). An arm's value is the mean
-over its seeds and the held-out problems. Inference is at the seed level (`compare_seed_level.seed_level`, the
-pre-registered analysis in docs/results.md): per-seed paired differences against the baseline arm, a t test and
+Statistics. A problem's pass@k and pass^k are the unbiased U-statistics of its c correct of n samples, as the eval
+report computes them (`compare_seeds.COUNT_METRICS`: 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k)). An arm's value is
+the mean over its seeds and the held-out problems. Inference is at the seed level (`compare_seed_level.seed_level`,
+the pre-registered analysis in docs/results.md): per-seed paired differences against the baseline arm, a t test and
 interval over seeds, Holm over the primaries and the detectable effect. The percentile bootstraps that resample
 seeds and problems together are a secondary view, labelled so in the table (with few seeds their seed part
 resamples a handful of values and runs narrow: some of their intervals exclude 0 where the seed-level ones do not).
 Every table gives each arm's number of seeds, as arms may have different seeds.
 
 Each arm's own training objective (e.g. `TopM:2` at K=4) is also evaluated on every model, as the same U-statistic
-(`lstat_value` with that arm's weights), as exploratory point estimates.
+(`metrics.lstat_metric` with that arm's weights), as exploratory point estimates.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import logging
+import sys
+import warnings
 from pathlib import Path
 
 import torch
 
-from ordergrad_trl import lstat_value, rank_weights
 from compare_plot import plot  # studies/, beside this file
 from compare_seed_level import base_sign_test, seed_level, seed_level_table, stable
 from unit_records import load_units as read_units
-from ordergrad_trl.core.estimators import ESTIMATORS, estimator_name
-from ordergrad_trl.core.plan import DEFAULT_ESTIMATOR, build_plan
+from ordergrad_trl.core.estimators import ESTIMATORS
 from ordergrad_trl.core.stats import percentile_interval, resample_means
+from ordergrad_trl.evaluation.compare_seeds import COUNT_METRICS, count_matrix
+from ordergrad_trl.evaluation.metrics import lstat_metric
 
 BOOTSTRAP = 2000
 SECONDARY = ("**Secondary** (percentile bootstrap over seeds and problems, not the pre-registered test; with few "
              "seeds it runs narrower than the seed-level t intervals above).")
-METRICS = {"pass@k": "ReMax", "pass^k": "ReMin"}
+METRICS = {"pass@k": "pass@", "pass^k": "pass^"}  # the summary's name -> its key prefix in `COUNT_METRICS`
 # Paired differences against: GRPO (the usual baseline), RLOO (OrderGrad's K=1 arm: the expected reward without
 # GRPO's per-group std weighting, so it differs from the other OrderGrad arms only in the objective) and the base.
 REFERENCES = ("grpo", "rloo", "base")
@@ -43,32 +48,28 @@ EVAL_KEYS = ("dataset_name", "dataset_test_split", "temperature", "max_completio
 
 def _count_groups(n: int) -> torch.Tensor:
     """`(n+1, n)` 0/1 groups: row c has c ones, last."""
-    return (torch.arange(n)[None, :] >= n - torch.arange(n + 1)[:, None]).double()
+    return count_matrix(torch.arange(n + 1), n)
 
 
 def curves(correct: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
-    """`(..., P)` correct counts of n samples -> {metric: `(..., P, n)`} per-problem values at k = 1..n."""
+    """`(..., P)` correct counts of n samples -> {metric: `(..., P, n)`} per-problem values at k = 1..n: the eval
+    report's own per-problem estimates (`compare_seeds.COUNT_METRICS`), tabled once per count."""
     groups = _count_groups(n)  # (n+1, n)
     out = {}
-    for metric, preset in METRICS.items():
-        table = torch.stack([lstat_value(groups, rank_weights(preset, k)) for k in range(1, n + 1)], -1)  # (n+1, n)
+    for metric, prefix in METRICS.items():
+        table = torch.stack([COUNT_METRICS[prefix](groups, k) for k in range(1, n + 1)], -1)  # (n+1, n)
         out[metric] = table[correct.long()]
     return out
 
 
-def _arm_options(flags: list[str]) -> dict[str, str]:
-    return dict(zip(flags[::2], flags[1::2]))
-
-
 def _lstat_objective(flags: list[str], n: int) -> tuple[str, int]:
     """An arm's recipe flags -> the L-statistic (preset, K) it trains, groups of n rollouts: its estimator's registry
-    row (`target`), e.g. GRPO's is the expected reward (its std weighting aside) and MaxRL's `MaxRL:(n-1)` at
-    K = n-1 (docs/objectives.md)."""
-    opts = _arm_options(flags)
-    estimator = ESTIMATORS[estimator_name(opts.get("--ordergrad_estimator", DEFAULT_ESTIMATOR))]
-    given = {"objective": opts.get("--ordergrad_objective"), "k": opts.get("--ordergrad_k")}
-    target = estimator.targets(n, **{p: int(v) if p == "k" else v for p, v in given.items()
-                                     if p in estimator.params and v is not None})  # fmt: skip
+    row (`target`) at the arm's parsed config (`arm_config`), e.g. GRPO's is the expected reward (its std weighting
+    aside) and MaxRL's `MaxRL:(n-1)` at K = n-1 (docs/objectives.md)."""
+    config = arm_config(flags, n)
+    estimator = ESTIMATORS[config.ordergrad_estimator]
+    given = {"objective": config.ordergrad_objective, "k": config.ordergrad_k}
+    target = estimator.targets(n, **{p: v for p, v in given.items() if p in estimator.params and v is not None})
     if target is None:
         raise ValueError(f"no L-statistic recorded for an arm with --ordergrad_estimator {estimator.name}")
     return target
@@ -82,7 +83,7 @@ def objective_specs(arm_flags: dict[str, list[str]], n: int) -> dict[str, tuple[
 def objective_values(correct: torch.Tensor, n: int, objectives: list[tuple[str, int]]) -> torch.Tensor:
     """`(..., P)` correct counts of n samples -> `(..., P, m)`: each objective's U-statistic on each problem."""
     groups = _count_groups(n)  # (n+1, n)
-    table = torch.stack([lstat_value(groups, rank_weights(preset, k)) for preset, k in objectives], -1)  # (n+1, m)
+    table = torch.stack([lstat_metric(groups, preset, k) for preset, k in objectives], -1)  # (n+1, m)
     return table[correct.long()]
 
 
@@ -92,25 +93,51 @@ ARM_FLAGS = ("--ordergrad_objective", "--ordergrad_k", "--ordergrad_estimator", 
 # (dynamic sampling chooses which groups train, not their advantages: the plan of an arm does not read it)
 
 
-def plan_of_flags(flags: list[str], n: int):
-    """The trainer's plan of an arm's recipe flags (`--flag value` pairs of `ARM_FLAGS`; unset: the defaults) over
-    groups of n rollouts; `ValueError` naming a flag an arm cannot set, or the plan's own message."""
-    if len(flags) % 2 or any(not isinstance(f, str) for f in flags):
+@functools.cache
+def _recipe_parser():
+    """`recipes/math_cvar.py`'s own parser (`RecipeParser`), built once: an arm's flags are parsed as the recipe that
+    trains the arm parses them."""
+    recipes = str(Path(__file__).resolve().parents[1] / "recipes")
+    if recipes not in sys.path:
+        sys.path.append(recipes)  # after studies/: the recipe's helpers are found, no module here is shadowed
+    from math_cvar import RecipeParser
+
+    return RecipeParser()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No warning and no log record while an arm's config is built (its checks speak to a user launching a run)."""
+    disabled = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(disabled)
+
+
+def arm_config(flags: list[str], n: int):
+    """An arm's recipe flags (`--flag value` pairs of `ARM_FLAGS`; unset: the recipe's defaults) parsed by the
+    recipe's own parser into its `OrderGradConfig`, for groups of n rollouts (one group per batch); building it builds
+    the trainer's plan (`ordergrad_plan`). `ValueError` naming a flag an arm cannot set, the parser's message for a
+    bad value, or the config's own (the plan's) message. Prints nothing."""
+    if len(flags) % 2 or any(not isinstance(f, str) for f in flags) or any(v.startswith("--") for v in flags[1::2]):
         raise ValueError(f"arm flags must be '--flag value' pairs, got {flags!r}")
-    opts = _arm_options(flags)
-    unknown = [f for f in opts if f not in ARM_FLAGS]
+    unknown = [f for f in flags[::2] if f not in ARM_FLAGS]
     if unknown:
         raise ValueError(f"an arm cannot set {unknown[0]}; its flags are {', '.join(ARM_FLAGS)}")
-    k, window, kwargs = (opts.get(f"--ordergrad_{name}") for name in ("k", "prompt_weight_window", "estimator_kwargs"))
-    try:
-        k, window, kwargs = (int(k) if k else None, int(window) if window else None,
-                             json.loads(kwargs) if kwargs else None)  # fmt: skip
-    except ValueError as err:
-        raise ValueError(f"arm flags {flags!r}: {err}") from None
-    return build_plan(objective=opts.get("--ordergrad_objective"), k=k, schedule=None, reward_objectives=None,
-                      estimator=opts.get("--ordergrad_estimator"), estimator_kwargs=kwargs,
-                      scale=opts.get("--scale_rewards"), num_generations=n,
-                      prompt_weight=opts.get("--ordergrad_prompt_weight"), prompt_weight_window=window)  # fmt: skip
+    given = ["--num_generations", str(n), "--per_device_train_batch_size", str(n), "--use_cpu", "true", "--bf16",
+             "false", *flags]  # fmt: skip
+    with _quiet():
+        return _recipe_parser().parse_args_into_dataclasses(args=given)[1]
+
+
+def plan_of_flags(flags: list[str], n: int):
+    """The trainer's plan of an arm's recipe flags over groups of n rollouts: the one its parsed config builds
+    (`arm_config`); `ValueError` naming a flag an arm cannot set, a bad value, or the plan's own message."""
+    return arm_config(flags, n).ordergrad_plan
 
 
 def group_weights(arm_flags: dict[str, list[str]], n: int) -> dict[str, list[float]]:

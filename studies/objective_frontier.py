@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import replace_whole, rerun_result, write_report  # studies/, beside this file
+from compare_replication import replace_whole, write_report  # studies/, beside this file
 from compare_seed_level import METRICS, seed_span, stable
 from compare_summary import check_counts, curves, load_units
-from unit_records import read_unit
+from unit_records import read_unit, rerun_result
 from frontier_plot import plot
 from ordergrad_trl.core.stats import seed_t_test
 

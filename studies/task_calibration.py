@@ -2,10 +2,10 @@
 
 The units are those of the comparison driver, evaluated on validation (`--eval_split validation`): the base model
 and RLOO (`Mean` at K=1) at pilot seeds 0-2, with the comparison's own budget (8 steps x 4 prompts x 16 rollouts,
-`recipes/configs/compare_digits20.yaml`). The report refuses any unit evaluated on another split or task: a budget
+`studies/configs/compare_digits20.yaml`). The report refuses any unit evaluated on another split or task: a budget
 or a task is tuned on validation problems, never on test ones.
 
-    python studies/compare_objectives.py --config recipes/configs/compare_digits20.yaml --eval_split validation \\
+    python studies/compare_objectives.py --config studies/configs/compare_digits20.yaml --eval_split validation \\
         --assets_dir studies/assets/digits20_pilot --arms rloo --seeds 0 1 2     # the units (about 35 min, 2 cores)
     python studies/task_calibration.py                                            # the report, from those units
 

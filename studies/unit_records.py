@@ -5,15 +5,24 @@ merged and edited by hand: a truncated file, a JSON list, a record missing `eval
 named like a record, or a record whose `unit` is not its file's name (the summary would drop one unit or count one
 twice) each failed deep in a summary as a bare KeyError, TypeError or JSON error. `read_unit` checks what every
 summary reads and raises `ValueError` naming the file and the field (the drivers print it as one line, exit 2).
+
+The reports' shared bookkeeping lives here too, written once: a reproduction unit read against the committed unit it
+reruns (`read_rerun`: its commit, training log and per-problem counts compared) and the units resumed after an
+interruption (`resumed_units`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["check_todo", "load_units", "log_history", "read_json", "read_unit", "recorded_flags", "valid_units"]
+__all__ = [
+    "Rerun", "TRAIN_KEYS", "check_todo", "load_units", "log_history", "read_json", "read_rerun", "read_unit",
+    "recorded_flags", "rerun_result", "resumed_units", "train_trace", "valid_units",
+]  # fmt: skip
 
 _NAME = re.compile(r"^([a-z][a-z0-9_]*)-s(\d+)$")
 
@@ -102,13 +111,13 @@ def log_history(state_file: Path) -> list:
     return history
 
 
-def recorded_flags(assets: Path, num_generations: int, builtin: set[str]) -> dict[str, list[str]]:
+def recorded_flags(assets: Path, num_generations: int, builtin: set[str],
+                   check: Callable[[list[str], int], object]) -> dict[str, list[str]]:
     """The recipe flags (`train_flags`) of every arm not in `builtin` whose units in `assets` recorded them. A record
-    is read back as a command to run, so it is input too: the flags are checked as `--arm` flags are (the plan they
-    build, `compare_summary.plan_of_flags`), and must be the same in each of the arm's units; ValueError naming the
-    file otherwise. A record that is not JSON is left to the summary, which names it."""
-    from compare_summary import plan_of_flags
-
+    is read back as a command to run, so it is input too: the flags are checked as `--arm` flags are, by `check(flags,
+    num_generations)` (the driver passes `compare_summary.plan_of_flags`: the recipe's own parser into the plan they
+    build), and must be the same in each of the arm's units; ValueError naming the file otherwise. A record that is
+    not JSON is left to the summary, which names it."""
     out, source = {}, {}
     for path in sorted(Path(assets).glob("*.json")) if Path(assets).is_dir() else []:
         try:
@@ -125,11 +134,74 @@ def recorded_flags(assets: Path, num_generations: int, builtin: set[str]) -> dic
                                  f"({out[arm]}): one arm trains one way; delete the stale unit's record")
             continue
         try:
-            plan_of_flags(flags, num_generations)
+            check(flags, num_generations)
         except ValueError as err:
             raise ValueError(f"{path}: train_flags of arm {arm!r}: {err}") from None
         out[arm], source[arm] = flags, path
     return out
+
+
+def resumed_units(units: dict, expected) -> list[str]:
+    """The units resumed after an interruption: their model was trained in an earlier attempt, which the driver
+    reuses (`train_wall_s` 0: the recorded attempt only evaluated)."""
+    return sorted(u for u in expected if u in units and units[u].get("train_wall_s") == 0)
+
+
+TRAIN_KEYS = ("reward", "loss")  # the per-step values of the training log a rerun must reproduce to the bit
+
+
+def train_trace(unit: dict, keys=TRAIN_KEYS) -> list[list]:
+    """A unit's training log as `[[value of each key] per step]` (empty when it logged none)."""
+    return [[step.get(key) for key in keys] for step in unit.get("train_log") or []]
+
+
+def rerun_result(original: dict, rerun: dict) -> dict:
+    """A committed unit against its rerun: the number of problems whose correct count differs (None when they scored
+    other problems) and "passed" only when none does. The one comparison every reproduction check makes."""
+    a, b = original["eval"], rerun["eval"]
+    same_problems = a["problem_ids"] == b["problem_ids"]
+    differing = sum(x != y for x, y in zip(a["correct"], b["correct"])) if same_problems else None
+    return {"status": "passed" if differing == 0 else "failed", "problems_differing": differing}
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A reproduction unit (`read_rerun`): a committed unit (`original`) and its rerun (`rerun`), both records."""
+
+    original: dict
+    rerun: dict
+    off_commit: bool  # the rerun ran at a commit its check does not take: the check is "not available"
+
+    @property
+    def commit(self):
+        return self.rerun.get("commit")
+
+    @property
+    def same_training(self) -> bool:
+        """Whether the rerun's training log equals the committed unit's on `TRAIN_KEYS`, step by step (False when
+        the committed unit logged none)."""
+        trace = train_trace(self.original)
+        return bool(trace) and trace == train_trace(self.rerun)
+
+    @property
+    def counts(self) -> dict:
+        """`rerun_result`: "passed" when every problem's correct count is the committed unit's."""
+        return rerun_result(self.original, self.rerun)
+
+
+def read_rerun(original: dict | None, path: Path, commits: list[str], rerun_at: str) -> Rerun | None:
+    """The reproduction unit of the committed unit `original`: its rerun's record in `path` (checked by `read_unit`),
+    or None when either is missing. `rerun_at` is the commit the rerun must have run at for the check to count:
+    "design", one of `commits` (the design's: an earlier study's unit rerun with the design's code; any commit when
+    `commits` is empty), or "later", none of them (a design unit rerun with later code); `off_commit` says otherwise."""
+    if rerun_at not in ("design", "later"):
+        raise ValueError(f"rerun_at must be 'design' or 'later', got {rerun_at!r}")
+    if original is None or not path.exists():
+        return None
+    rerun = read_unit(path)
+    commit = rerun.get("commit")
+    off = bool(commits) and commit not in commits if rerun_at == "design" else commit in commits
+    return Rerun(original, rerun, off)
 
 
 def check_todo(todo: list[str], assets: Path, given: str) -> None:

@@ -14,6 +14,8 @@ import pytest
 # tests/ is not a package: on sys.path, `helpers` (the shared test code) and sibling test modules import the same way
 # under any pytest import mode (the worker scripts in tests/helpers/ put tests/ there themselves)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent / "studies"))  # the studies' tests (tests/studies/), which
+# tests/test_docs_commands.py delegates a study's documented command to
 
 from helpers.tiny_model import CPU_TRAINING_ARGS, build_tiny_model  # noqa: E402
 

@@ -5,6 +5,7 @@ the public benchmark files in ../shared/data where present."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from ordergrad_trl.tasks import data as data_mod
 from ordergrad_trl.tasks.arithmetic import arithmetic_dataset, digits_dataset
 from ordergrad_trl.tasks.data import load_math_dataset, shared_data_dir
+from ordergrad_trl.tasks import sets
 from ordergrad_trl.tasks.sets import (
     GENERIC_SPEC,
     MATH_SETS,
@@ -21,6 +23,9 @@ from ordergrad_trl.tasks.sets import (
     HubSource,
     LocalFile,
     MathSetSpec,
+    find_math_set,
+    get_math_set,
+    spec_for_file,
 )
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ordergrad_trl"
@@ -49,6 +54,24 @@ def test_every_set_names_its_source():
     with pytest.raises(ValueError, match="'x': a generated set has no Hub id or local file"):
         MathSetSpec(name="x", question=GENERIC_SPEC.question, gold=GENERIC_SPEC.gold, hub=HubSource("a/b"),
                     generator=MATH_SETS["digits"].generator)
+
+
+def test_a_registered_set_is_found_by_its_names_and_a_taken_one_is_refused():
+    """`MATH_SETS` is a `Registry`: a set lent to it is found by name, alias or Hub id (any case, `-`/`_` ignored) and
+    read from its file; a name, alias or Hub id another set is found by is refused, naming both."""
+    spec = mine(hub=HubSource("me/My-Set"), local=LocalFile("my_set.jsonl", "test"), aliases=("my-set",))
+    with sets._ROWS.registered("mine", spec):
+        assert find_math_set("MY_SET") is spec and find_math_set("me/my-set") is spec and get_math_set("mine") is spec
+        assert spec_for_file("my_set.jsonl") is spec
+    assert find_math_set("mine") is None and spec_for_file("my_set.jsonl") is GENERIC_SPEC
+    with pytest.raises(ValueError, match="unknown math set 'mine'; valid names: math, math500, "):
+        get_math_set("mine")
+    with pytest.raises(ValueError, match="math set name 'MATH-500' of 'mine' is taken by 'math500'"):
+        sets._register(mine(hub=HubSource("me/My-Set"), aliases=("MATH-500",)))
+    with pytest.raises(ValueError, match="math set name 'math' is already registered by the set 'MATH .+; the set "
+                                         "'me/My-Set' needs another name"):
+        sets._register(dataclasses.replace(spec, name="math"))
+    assert "mine" not in MATH_SETS
 
 
 @pytest.mark.parametrize("name", [n for n, s in MATH_SETS.items() if s.hub])

@@ -23,7 +23,7 @@ from test_trainer import brute_force_advantages
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
-from ordergrad_trl.training.dynamic_sampling import empty_groups
+from ordergrad_trl.training.dynamic_sampling import DYNAMIC_SAMPLING, empty_groups
 
 WORKER = Path(__file__).resolve().parent / "helpers" / "dynamic_sampling_worker.py"
 
@@ -104,7 +104,7 @@ def test_the_empty_groups_are_the_oracles(tiny_model_dir, tiny_tokenizer, tmp_pa
                     ordergrad_estimator=estimator)  # fmt: skip
     weights = trainer.ordergrad_weights.tolist()
     rewards = torch.tensor(sum(groups, []), dtype=torch.float32).unsqueeze(1)
-    got = empty_groups(trainer._ordergrad_advantages(rewards, n, "train").view(-1, n)).tolist()
+    got = empty_groups(trainer._ordergrad_batch(rewards, n, "train").advantages.view(-1, n)).tolist()
     want = oracle_empty(estimator, weights, groups)
     assert got == want and any(want) and not all(want)
     if case == "remax8_few_failures":  # 9-15 successes of 16 carry nothing under Max@8 although the rewards vary
@@ -132,7 +132,7 @@ def test_the_documented_empty_counts(tiny_model_dir, tiny_tokenizer, tmp_path, o
     oracle = [s for s, g in enumerate(groups)
               if all(abs(_enumerated(g, weights, i)) < 1e-9 for i in (0, 15))]  # fmt: skip
     rewards = torch.tensor(sum(groups, [])).unsqueeze(1)
-    got = empty_groups(trainer._ordergrad_advantages(rewards, 16, "train").view(-1, 16)).nonzero().view(-1).tolist()
+    got = empty_groups(trainer._ordergrad_batch(rewards, 16, "train").advantages.view(-1, 16)).nonzero().view(-1).tolist()
     assert got == oracle == DOCUMENTED_EMPTY[(objective, k)]
 
 
@@ -146,7 +146,7 @@ def test_a_prompt_weight_of_zero_makes_a_varied_group_empty(tiny_model_dir, tiny
                     ordergrad_prompt_weight="inverse", ordergrad_objective="ReMax", ordergrad_k=2)  # fmt: skip
     groups = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 1.0]]
     rewards = torch.tensor(sum(groups, [])).unsqueeze(1)
-    got = empty_groups(trainer._ordergrad_advantages(rewards, 4, "train").view(-1, 4)).tolist()
+    got = empty_groups(trainer._ordergrad_batch(rewards, 4, "train").advantages.view(-1, 4)).tolist()
     assert got == [False, True, False] and oracle_empty("ordergrad", [0.0, 1.0], groups) == [False] * 3
 
 
@@ -203,16 +203,16 @@ class Params(TrainerCallback):
 
 def test_without_empty_groups_every_mode_trains_as_off(tiny_model_dir, tiny_tokenizer, tmp_path):
     finals = {}
-    for mode in ("off", "filter", "refill"):
+    for mode, row in DYNAMIC_SAMPLING.items():  # every registered mode
         trainer = build(tiny_model_dir, tiny_tokenizer, tmp_path / mode, distinct_rewards(), mode=mode)
         trainer.train()
         finals[mode] = [p.detach().clone() for p in trainer.model.parameters()]
-        if mode == "off":
+        if row.leaves_out is None:  # `off`: no dynamic sampling at all
             assert trainer.ordergrad_dynamic_sampling is None and not logged(trainer, "ordergrad/dynamic_sampling/rounds")
         else:
             assert logged(trainer, "ordergrad/dynamic_sampling/groups_trained") == [4.0, 4.0]
             assert logged(trainer, "ordergrad/dynamic_sampling/rounds") == [1.0, 1.0]
-    for mode in ("filter", "refill"):
+    for mode in DYNAMIC_SAMPLING:
         assert all(torch.equal(a, b) for a, b in zip(finals["off"], finals[mode]))
 
 

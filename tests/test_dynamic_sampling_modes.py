@@ -38,11 +38,13 @@ EXAMPLE = SamplingMode("equal_rewards", "the rewards", True, "DAPO's rule: leave
 
 
 @pytest.fixture(params=[*DYNAMIC_SAMPLING, EXAMPLE.name])
-def mode(request, monkeypatch):
+def mode(request):
     """Each registered mode, and the example row, registered for the test only."""
-    if request.param == EXAMPLE.name:
-        monkeypatch.setitem(dynamic_sampling._MODES, EXAMPLE.name, EXAMPLE)
-    return request.param
+    if request.param != EXAMPLE.name:
+        yield request.param
+        return
+    with dynamic_sampling._ROWS.registered(EXAMPLE.name, EXAMPLE):
+        yield request.param
 
 
 def test_the_config_takes_every_mode_and_its_help_lists_it(mode, tmp_path):

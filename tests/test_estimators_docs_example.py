@@ -24,13 +24,15 @@ def example_block() -> str:
 
 
 @pytest.fixture
-def example(monkeypatch):
-    """The example registered in a copy of the registry (the package's stays as it is)."""
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    before = set(registry._REGISTRY)
+def example():
+    """The example registered for the test only (unregistered after: the package's registry stays as it is)."""
+    before = set(registry.ESTIMATORS)
     exec(compile(example_block(), str(GUIDE), "exec"), {"__name__": "docs_example"})
-    (name,) = set(registry._REGISTRY) - before
-    return registry._REGISTRY[name]
+    (name,) = set(registry.ESTIMATORS) - before
+    try:
+        yield registry.ESTIMATORS[name]
+    finally:
+        registry._ROWS.unregister(name)
 
 
 def test_the_guides_example_keeps_its_registry_rows_claims(example):

@@ -98,8 +98,10 @@ def test_every_report_states_its_protocol(tmp_path):
                                                                                                {"toy": 2})
     assert header["grader"] == "math-verify" and header["grader_versions"] == ["0.9.0"]
     assert "Chen et al. 2021" in header["pass@k_estimator"]
+    assert "end-of-sequence" in header["stop"] and "no stop strings" in header["stop"]
     md = (out / "report.md").read_text()
     assert "Protocol: `qwen25_math_cot`" in md and "Grader: math-verify 0.9.0" in md and "seed 0, 3" in md
+    assert f"Stops at {header['stop']}." in md
     assert json.loads((out / "report.json").read_text())["protocol"] == header
 
 

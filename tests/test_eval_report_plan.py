@@ -104,12 +104,12 @@ def test_a_bad_report_flag_is_one_line_naming_it(settings, want):
     assert str(err.value).startswith("evaluate(): --")
 
 
-def test_an_objective_spelled_as_a_metric_key_or_given_twice_is_refused(monkeypatch):
+def test_an_objective_spelled_as_a_metric_key_or_given_twice_is_refused():
     """`median@4` beside a metric keyed `median@{k}` would be two columns under one key (compare's tables and
     `--metrics`, report.md's rows): refused at the parse, as is an entry given twice; another spelling is kept."""
     median = dataclasses.replace(metrics.METRICS["best"], name="median", key="median@{k}")
-    monkeypatch.setitem(metrics._METRICS, "median", median)  # a metric a user registers, removed after the test
-    with pytest.raises(UsageError, match=r"--objectives 'median@4' is spelled as the key of the metric 'median'"):
+    with metrics._ROWS.registered("median", median), pytest.raises(  # a metric a user registers, for the test only
+            UsageError, match=r"--objectives 'median@4' is spelled as the key of the metric 'median'"):
         report_plan.plan_report(ReportArgs(objectives=["median@4"]))
     with pytest.raises(UsageError, match=r"--objectives gives 'TopM:2@4' twice"):
         report_plan.plan_report(ReportArgs(objectives=["TopM:2@4", "TopM:2@4"]))

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ordergrad_trl.training import run_identity
+from ordergrad_trl.training.dynamic_sampling import DYNAMIC_SAMPLING
 from ordergrad_trl.training.output_dir import OutputDirError, lock_output_dir, refuse_links
 from ordergrad_trl.training.resolved_config import RESOLVED_CONFIG
 
@@ -150,7 +151,7 @@ def test_the_run_is_its_data_not_the_data_path(tmp_path, recipe, tiny_model_dir)
 # ------------------------------------------------------------------ start-up refusals and unused settings
 
 
-@pytest.mark.parametrize("mode", ["off", "filter", "refill"])
+@pytest.mark.parametrize("mode", list(DYNAMIC_SAMPLING))  # every registered mode
 def test_a_data_set_smaller_than_one_generation_batch_is_refused_naming_the_sizes(tiny_model_dir, tmp_path, mode):
     from ordergrad_trl import OrderGradTrainer
     from ordergrad_trl.training.config_checks import DatasetTooSmall

@@ -143,7 +143,7 @@ def test_docs_preset_table_is_generated_from_the_registry():
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "objectives.md").read_text()
     assert preset_table() in docs, "docs/objectives.md's preset table is stale: paste preset_table() there"
-    for preset in PRESETS:  # every preset is parsed, listed in errors, and its example is valid
+    for preset in PRESETS.values():  # every preset is parsed, listed in errors, and its example is valid
         assert preset.form in VALID_OBJECTIVES
         assert rank_weights(preset.example.lower(), 4).shape == (4,)
 
@@ -154,7 +154,12 @@ def test_a_preset_name_two_presets_claim_is_refused():
 
     from ordergrad_trl.core import objectives
 
-    clash = dataclasses.replace(objectives.PRESETS[-1], name="Lowest", aliases=("max",))  # "max" is ReMax's alias
+    clash = dataclasses.replace(objectives.PRESETS["maxrl"], name="Lowest", aliases=("max",))  # ReMax's alias
     with pytest.raises(ValueError, match="'max' is taken by 'ReMax' and 'Lowest'"):
-        objectives._by_name((*objectives.PRESETS, clash))
-    assert objectives._by_name(objectives.PRESETS) == objectives._BY_NAME
+        objectives._register(clash)
+    with pytest.raises(ValueError, match="'MAXRL' is taken by 'MaxRL' and 'Lowest'"):
+        objectives._register(dataclasses.replace(clash, aliases=("MAXRL",)))  # another preset's name, any case
+    with pytest.raises(ValueError, match="objective preset name 'maxrl' is already registered by the preset "
+                                         "'MaxRL:T'; the preset 'MAXRL:T' needs another name"):
+        objectives._register(dataclasses.replace(clash, name="MAXRL", aliases=()))
+    assert "lowest" not in objectives.PRESETS and objectives._find("max").name == "ReMax"

@@ -97,7 +97,7 @@ def test_infinite_reward_stops_the_step_naming_the_function(tiny_model, tiny_tok
     per_func[3, 1] = -math.inf
     name = trainer.reward_func_names[1]
     with pytest.raises(ValueError, match=rf"function '{name}' returned \+-inf for 1 of {2 * G} rollouts at step 1"):
-        trainer._ordergrad_advantages(per_func, G, "train")
+        trainer._ordergrad_batch(per_func, G, "train").advantages
 
 
 @pytest.mark.parametrize(
@@ -116,10 +116,10 @@ def test_finite_rewards_overflowing_float32_once_weighted_stop_the_step_naming_t
     trainer = make_trainer(tiny_model, tiny_tokenizer, cpu_training_args, reward_weights=weights)
     per_func = torch.zeros(2 * G, 2)
     per_func[:, 0] = 1.0
-    trainer._ordergrad_advantages(per_func, G, "train")  # finite rewards, finite weighted sums: no error
+    trainer._ordergrad_batch(per_func, G, "train").advantages  # finite rewards, finite weighted sums: no error
     per_func[5, 1] = value  # finite, times a finite weight; only the float32 product or sum is inf
     with pytest.raises(ValueError, match=match.format(name=trainer.reward_func_names[1], n=2 * G)):
-        trainer._ordergrad_advantages(per_func, G, "train")
+        trainer._ordergrad_batch(per_func, G, "train").advantages
 
 
 def test_trainer_hands_trl_the_resolved_importance_sampling_level(tiny_model, tiny_tokenizer, cpu_training_args):
@@ -133,11 +133,11 @@ def test_huge_finite_reward_warns_naming_the_function(tiny_model, tiny_tokenizer
     per_func = torch.zeros(2 * G, 2)
     per_func[:, 1] = torch.arange(2 * G, dtype=torch.float32)  # ordinary rewards: no warning
     with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
-        trainer._ordergrad_advantages(per_func, G, "train")
+        trainer._ordergrad_batch(per_func, G, "train").advantages
     assert "overflow" not in caplog.text
     per_func[0, 0] = 1e30  # finite in float32, but the squared advantages (the gradient norm) are not
     with caplog.at_level("WARNING", logger="ordergrad_trl.training.trainer"):
-        trainer._ordergrad_advantages(per_func, G, "train")
+        trainer._ordergrad_batch(per_func, G, "train").advantages
     assert f"reward function '{trainer.reward_func_names[0]}' returned rewards up to 1e+30" in caplog.text
 
 

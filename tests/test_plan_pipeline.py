@@ -13,7 +13,7 @@ from ordergrad_trl.core import plan as plan_module
 from ordergrad_trl.core.estimators import ESTIMATORS
 from ordergrad_trl.core.estimators import registry
 from ordergrad_trl.core.plan import build_plan
-from ordergrad_trl.core.prompt_weights import PromptWindow, success_rates
+from ordergrad_trl.core.prompt_weights import PROMPT_WEIGHTS, PromptWindow, success_rates
 
 
 def ragged(seed: int = 0):
@@ -27,11 +27,11 @@ def ragged(seed: int = 0):
     return scores, group
 
 
-@pytest.mark.parametrize("weight", [None, "inverse", "curverl", "gaussian:0.4,0.2"])
+@pytest.mark.parametrize("weight", [None, *(row.setting for row in PROMPT_WEIGHTS.values())])  # every weight
 def test_the_record_holds_what_the_callers_read(weight):
     p = build_plan(num_generations=8, estimator="rloo", prompt_weight=weight, scale="group")
     scores, group = ragged()
-    window = PromptWindow(3) if weight == "curverl" else None
+    window = PromptWindow(3) if p.prompt_weight is not None and p.prompt_weight.stateful else None
     batch = p.grouped_advantages(scores, group, window=window)
     adv, undefined = batch  # the pair the method returned before the record
     assert adv is batch.advantages and undefined == batch.undefined_sizes == ()
@@ -39,10 +39,10 @@ def test_the_record_holds_what_the_callers_read(weight):
     for g in range(5):
         rows = group == g
         assert batch.empty[g].item() == bool((batch.advantages[rows] == 0).all())
-        if weight is not None:
+        if p.prompt_weight is not None:
             want = success_rates(scores[rows][None], p.prompt_weight)[0]
             assert batch.p_hat[g].item() == pytest.approx(want.item(), nan_ok=True)
-    if weight is None:
+    if p.prompt_weight is None:  # no weight, or `none`
         assert batch.p_hat is None and batch.prompt_weights is None
     else:
         want = p.prompt_weight.weights(batch.p_hat, 9, None)  # an empty window: the batch is its own reference
@@ -81,19 +81,20 @@ def test_hooks_are_checked_by_name():
     assert batch.empty.tolist() == [True, False] and batch.p_hat is None  # no window: the hook's reading alone
 
 
-def test_the_plan_reads_min_group_from_the_registry(monkeypatch):
+def test_the_plan_reads_min_group_from_the_registry():
     """A group below the row's `min_group` gets 0 and is reported undefined, though the estimator would run on it;
     a `num_generations` below it is refused when the plan is built."""
     row = dataclasses.replace(ESTIMATORS["rloo"], min_group=lambda params: 5)
-    monkeypatch.setitem(registry._REGISTRY, "rloo", row)
-    p = build_plan(num_generations=8, estimator="rloo")
-    assert not p.is_defined(p.stages[0], 4) and p.is_defined(p.stages[0], 5)
-    scores = torch.tensor([0.0, 1.0, 1.0, 0.0] + [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64)
-    batch = p.grouped_advantages(scores, torch.tensor([0] * 4 + [1] * 6))
-    assert batch.undefined_sizes == (4,) and bool((batch.advantages[:4] == 0).all())
-    assert bool((batch.advantages[4:] != 0).any())
-    with pytest.raises(ValueError, match=r"it needs groups of at least 5 rollouts"):
-        build_plan(num_generations=4, estimator="rloo")
+    with registry._ROWS.registered("rloo", row):  # the row for this test only; the package's comes back after
+        p = build_plan(num_generations=8, estimator="rloo")
+        assert not p.is_defined(p.stages[0], 4) and p.is_defined(p.stages[0], 5)
+        scores = torch.tensor([0.0, 1.0, 1.0, 0.0] + [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+        batch = p.grouped_advantages(scores, torch.tensor([0] * 4 + [1] * 6))
+        assert batch.undefined_sizes == (4,) and bool((batch.advantages[:4] == 0).all())
+        assert bool((batch.advantages[4:] != 0).any())
+        with pytest.raises(ValueError, match=r"it needs groups of at least 5 rollouts"):
+            build_plan(num_generations=4, estimator="rloo")
+    assert ESTIMATORS["rloo"].min_group({}) != 5
 
 
 def test_min_group_comes_with_the_stage_parameters():

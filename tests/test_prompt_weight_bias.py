@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.plan_cases import weighing_settings
+
 from ordergrad_trl.core.estimators import get_estimator, ordergrad
 from ordergrad_trl.core.prompt_weights import parse_prompt_weight
 
@@ -36,7 +38,7 @@ def enumerated(estimator, weight: str, n: int, p: float) -> float:
     return (got / (w_true * plain) - 1).item()
 
 
-@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.5,0.2"])
+@pytest.mark.parametrize("weight", weighing_settings())  # every registered weight
 @pytest.mark.parametrize("p", [0.3, 0.5, 0.7])
 def test_the_count_formula_equals_the_enumeration_of_every_tuple(weight, p):
     n = 6

@@ -43,8 +43,7 @@ def check_weight_row(name: str) -> None:
             if not row.stateful:  # only a weight with a window reads the reference
                 assert torch.equal(w, spec.weights(p_hat, bins, inner(p_hat))), f"{name} reads the reference"
     rewards = (torch.arange(9)[None, :] < torch.arange(9)[:, None]).to(torch.float64)  # (9, 8) c ones: every count
-    setting = name + (":" + ",".join(map(str, row.example)) if row.example else "")
-    plan = build_plan(num_generations=8, estimator="rloo", prompt_weight=setting)
+    plan = build_plan(num_generations=8, estimator="rloo", prompt_weight=row.setting)
     assert bool(torch.isfinite(plan.scaled_advantages(rewards)).all()), f"{name}: non-finite advantages"
 
 
@@ -64,14 +63,14 @@ def test_none_is_one_everywhere():
     (lambda p_hat, *, bins, reference: torch.full_like(p_hat, math.nan), "non-finite"),
     (lambda p_hat, *, bins, reference: torch.ones(3, dtype=torch.float64), "one float64 weight per group"),
 ])  # fmt: skip
-def test_a_row_that_breaks_a_property_fails_the_shared_check(monkeypatch, bad, returns):
+def test_a_row_that_breaks_a_property_fails_the_shared_check(bad, returns):
     """A weight registered with such a function fails the parametrized test above without an edit to it: the check
     is the same function, run here on a row put in the registry for this test only."""
-    monkeypatch.setitem(prompt_weights._REGISTRY, "bad", prompt_weights.PromptWeight(
-        "bad", bad, (), "", False, "[0, 1]", "", "", ""))  # fmt: skip
-    with pytest.raises((AssertionError, RuntimeError), match=returns if returns != "one float64 weight per group"
-                       else None):  # fmt: skip
+    row = prompt_weights.PromptWeight("bad", bad, (), "", False, "[0, 1]", "", "", "")
+    with prompt_weights._ROWS.registered("bad", row), pytest.raises(
+            (AssertionError, RuntimeError), match=returns if returns != "one float64 weight per group" else None):
         check_weight_row("bad")
+    assert "bad" not in PROMPT_WEIGHTS
 
 
 def test_a_weight_with_parameters_needs_an_example():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.plan_cases import weighing_settings
 from helpers.prompt_weight_oracle import oracle_run
 from ordergrad_trl.core.estimators import ESTIMATORS, maxrl
 from ordergrad_trl.core.plan import build_plan
@@ -285,7 +286,7 @@ def test_docs_and_help_derive_from_the_registry():
 # ------------------------------------------------------------------- the engines' path (verl, SkyRL)
 
 
-@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.3,0.2"])
+@pytest.mark.parametrize("weight", weighing_settings())  # every registered weight
 def test_consecutive_engine_batches_equal_the_oracle(weight):
     """`engine.outcome_advantages` (what verl's and SkyRL's estimators return) over three batches of shuffled,
     ragged rows by uid with unscorable ones: the estimator per group times the oracle's weight, the window carried

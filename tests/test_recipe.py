@@ -10,7 +10,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "math_cvar.py"
-CONFIGS = sorted((REPO / "recipes" / "configs").glob("*.yaml"))
+CONFIGS = sorted((REPO / "recipes" / "configs").glob("*.yaml")) + sorted((REPO / "studies" / "configs").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")

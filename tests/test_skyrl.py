@@ -29,6 +29,7 @@ from helpers.estimator_cases import CASES  # noqa: E402
 from helpers.optional import installed  # noqa: E402
 from helpers.oracle import brute_advantage  # noqa: E402
 from helpers.plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
+from helpers.plan_cases import weighing_settings  # noqa: E402
 
 from ordergrad_trl.core.estimators import ESTIMATORS  # noqa: E402
 
@@ -378,7 +379,7 @@ def test_the_gpu_recipe_passes_our_check_and_skyrls_validation(skyrl):
     assert cfg.trainer.algorithm.loss_reduction == "seq_mean_token_sum_norm" and not cfg.trainer.algorithm.use_kl_loss
 
 
-@pytest.mark.parametrize("weight", ["inverse", "curverl", "gaussian:0.4,0.25"])  # prompt weights
+@pytest.mark.parametrize("weight", weighing_settings())  # every registered prompt weight
 def test_prompt_weights_through_skyrls_dispatch_over_consecutive_steps(skyrl, weight):
     """Three steps through SkyRL's dispatch, then a new driver (window emptied): the oracle per uid group, skyrl.md."""
     from helpers.prompt_weight_oracle import engine_expected

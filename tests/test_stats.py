@@ -1,9 +1,12 @@
 """`ordergrad_trl.core.stats` against independent calculations: scipy's t distribution, t test and noncentral t,
-Holm's step-down rule applied by definition, and direct resampling loops for the bootstraps."""
+Holm's step-down rule applied by definition, direct resampling loops for the bootstraps, and scipy's exact
+Wilcoxon (no ties) or enumeration of every sign pattern (ties, zeros) for the signed-rank test."""
 
+import itertools
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +19,7 @@ from ordergrad_trl.core.stats import (
     seed_t_test,
     t_cdf,
     t_ppf,
+    wilcoxon_exact,
 )
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle here")
@@ -116,3 +120,47 @@ def test_resample_means_equals_a_direct_loop():
     for b in range(50):
         ref = torch.stack([values[s][problem_idx[b]].mean(0) for s in seed_idx[b].tolist()]).mean(0)  # (M,)
         torch.testing.assert_close(ours[b], ref, rtol=1e-12, atol=1e-12)
+
+
+def _brute_wilcoxon(d):
+    """P(|W+ - E| >= |w - E|) over every sign pattern of the nonzero |d|, midranks by sorting with ties."""
+    nz = [x for x in d if x != 0]
+    a = sorted(abs(x) for x in nz)
+    rank = {v: (a.index(v) + 1 + len(a) - a[::-1].index(v)) / 2 for v in a}  # mean of the tied positions
+    ranks = [rank[abs(x)] for x in nz]
+    w = sum(r for r, x in zip(ranks, nz) if x > 0)
+    centre = sum(ranks) / 2
+    patterns = list(itertools.product((0, 1), repeat=len(nz)))
+    hits = sum(abs(sum(r for r, b in zip(ranks, bits) if b) - centre) >= abs(w - centre) - 1e-12 for bits in patterns)
+    return hits / len(patterns), w
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_wilcoxon_exact_matches_scipy_without_ties(seed):
+    from scipy import stats as sst
+
+    rng = np.random.default_rng(seed)
+    d = rng.normal(0.3 * seed, 1.0, 9 + 7 * seed)  # no ties, no zeros (continuous draws), n up to 30
+    got = wilcoxon_exact(d)
+    want = sst.wilcoxon(d, method="exact")
+    assert got["p"] == pytest.approx(want.pvalue, rel=1e-12) and got["n"] == len(d) and not got["ties"]
+    assert min(got["statistic"], len(d) * (len(d) + 1) / 2 - got["statistic"]) == pytest.approx(want.statistic)
+
+
+@pytest.mark.parametrize("d", [[0.5, -0.5, 0.25, 0.25, 0.0, 1.0, -0.25, 0.5], [1, 1, 1, -1], [0.1, 0.2, 0.3],
+                               [0.0, 0.0], [2.0, -2.0, 2.0, 2.0, 2.0, 2.0, 3.0, -1.0, 0.5, 0.5, 0.5]])
+def test_wilcoxon_exact_with_ties_and_zeros_matches_enumeration(d):
+    got = wilcoxon_exact(d)
+    if all(x == 0 for x in d):
+        assert got == {"p": 1.0, "statistic": 0.0, "n": 0, "ties": False}
+        return
+    p, w = _brute_wilcoxon(d)
+    assert got["p"] == pytest.approx(p, abs=1e-15) and got["statistic"] == pytest.approx(w)
+    assert got["n"] == sum(x != 0 for x in d)
+
+
+def test_wilcoxon_exact_ties_values_equal_to_printed_precision():
+    """0.1 + 0.2 and 0.3 differ in the last bit: the same difference of two means, so one rank."""
+    assert wilcoxon_exact([0.1 + 0.2, -0.3, 0.5])["ties"]
+    with pytest.raises(ValueError, match="finite"):
+        wilcoxon_exact([1.0, float("nan")])

@@ -60,7 +60,7 @@ def test_scale_rewards(bare_trainer, scale_rewards):
         expected = [[a / (std(g) + 1e-4) for a in e] for e, g in zip(expected, groups)]
     elif mode == "batch":
         expected = [[a / (std(rewards) + 1e-4) for a in e] for e in expected]
-    got = trainer._ordergrad_advantages(per_func, G, "train")
+    got = trainer._ordergrad_batch(per_func, G, "train").advantages
     assert got.tolist() == pytest.approx(sum(expected, []), abs=1e-5)
     assert got[2] == 0.0
 

@@ -146,7 +146,7 @@ def test_grpo_scale_rewards_is_applied_once(bare_zoo_trainer):
     rewards = [combine([None if math.isnan(v) else v for v in row], REWARD_WEIGHTS) for row in per_func.tolist()]
     for scale in ("group", "batch", "none"):
         trainer = bare_zoo_trainer(ordergrad_estimator="grpo", scale_rewards=scale, ordergrad_objective="Mean")
-        got = trainer._ordergrad_advantages(per_func, G, "train")
+        got = trainer._ordergrad_batch(per_func, G, "train").advantages
         valid = [r for r in rewards if not math.isnan(r)]
         expected = []
         for group in (rewards[:G], rewards[G:]):

@@ -5,7 +5,8 @@ One weight convention everywhere in this package: **ascending**, w[0] weighs the
 w[K-1] the largest. `rank_weights` is the only parser of objective strings; the trainer, the recipes and `eval/`
 all go through it, so a YAML file, the paper and the README mean the same thing by "TopM:2".
 
-Presets (case-insensitive; `Name:param`) are the rows of `PRESETS`, one table from which `rank_weights`, the
+Presets (case-insensitive; `Name:param`) are the rows of `PRESETS` (a `Registry`'s view, by lower-case name;
+aliases such as `CVaR` are looked up here), one table from which `rank_weights`, the
 list of valid forms in its errors (`VALID_OBJECTIVES`), `OrderGradConfig`'s help and the preset table of
 docs/objectives.md (`preset_table()`) are generated. Or give the K weights themselves: a sequence of numbers, or
 a string of comma-separated numbers.
@@ -14,10 +15,12 @@ a string of comma-separated numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from .registry_base import Registry
 
 __all__ = ["DEFAULT_K", "DEFAULT_OBJECTIVE", "rank_weights", "PRESETS", "Preset", "VALID_OBJECTIVES", "preset_table"]
 
@@ -110,7 +113,36 @@ class Preset:
         return f"{self.name}:{self.param}" if self.param else self.name
 
 
-PRESETS: tuple[Preset, ...] = (
+_ROWS: Registry[Preset] = Registry("objective preset", holder=lambda p: f"the preset {p.form!r}",
+                                   same=lambda taken, row: taken == row)
+PRESETS: Mapping[str, Preset] = _ROWS.view  # lower-case name -> Preset, in registration order
+
+
+def _by_name(presets) -> dict[str, Preset]:
+    """Lower-case name or alias -> preset; a name two presets claim raises (the lookup would keep only one)."""
+    out: dict[str, Preset] = {}
+    for preset in presets:
+        for name in (preset.name, *preset.aliases):
+            taken = out.setdefault(name.lower(), preset)
+            if taken is not preset:
+                raise ValueError(f"objective preset name {name!r} is taken by {taken.name!r} and {preset.name!r}")
+    return out
+
+
+def _register(preset: Preset) -> Preset:
+    """Add `preset` under its lower-case name; a name or alias (any case) another preset claims raises."""
+    key = preset.name.lower()
+    _ROWS.check(key, preset)
+    _by_name((*(p for name, p in _ROWS.rows.items() if name != key), preset))
+    return _ROWS.add(key, preset)
+
+
+def _find(name: str) -> Preset | None:
+    """The preset a lower-case name or alias means, or None."""
+    return PRESETS.get(name) or next((p for p in PRESETS.values() if name in map(str.lower, p.aliases)), None)
+
+
+for _preset in (
     Preset("Mean", None, None, "mean reward (RLOO)", "", lambda p, k: True, lambda p, k: [1.0 / k] * k, "Mean"),
     Preset("ReMax", None, None, "best of K (pass@K for 0/1 rewards)", "", lambda p, k: True,
            lambda p, k: _one_hot(k - 1, k), "ReMax", ("Max",)),
@@ -142,21 +174,8 @@ PRESETS: tuple[Preset, ...] = (
            lambda r, k: 1 <= r <= k, _lmoment, "LMoment:3"),
     Preset("MaxRL", "T", int, "sum_{k<=T} (best of k) / k: MaxRL's objective (pass@k for 0/1 rewards)",
            "1 <= T <= K", lambda t, k: 1 <= t <= k, _maxrl, "MaxRL:4"),
-)  # fmt: skip
-
-
-def _by_name(presets) -> dict[str, Preset]:
-    """Lower-case name or alias -> preset; a name two presets claim raises (the lookup would keep only one)."""
-    out: dict[str, Preset] = {}
-    for preset in presets:
-        for name in (preset.name, *preset.aliases):
-            taken = out.setdefault(name.lower(), preset)
-            if taken is not preset:
-                raise ValueError(f"objective preset name {name!r} is taken by {taken.name!r} and {preset.name!r}")
-    return out
-
-
-_BY_NAME = _by_name(PRESETS)
+):  # fmt: skip
+    _register(_preset)
 
 
 def _written(p: Preset) -> str:  # "LowerTailMean:q (CVaR:q)"
@@ -165,14 +184,15 @@ def _written(p: Preset) -> str:  # "LowerTailMean:q (CVaR:q)"
 
 
 VALID_OBJECTIVES = (
-    ", ".join(map(_written, PRESETS)) + ", or K comma-separated weights (ascending: the first weighs the smallest reward)"
+    ", ".join(map(_written, PRESETS.values()))
+    + ", or K comma-separated weights (ascending: the first weighs the smallest reward)"
 )
 
 
 def preset_table() -> str:
     """The markdown table of docs/objectives.md: one row per preset, with its weights at K=4 computed here."""
     rows = ["| preset | J over K draws | parameter range | weights at K=4 |", "|---|---|---|---|"]
-    for p in PRESETS:
+    for p in PRESETS.values():
         names = " / ".join(f"`{n}:{p.param}`" if p.param else f"`{n}`" for n in (p.name, *p.aliases))
         weights = ", ".join(f"{w:.3g}" for w in rank_weights(p.example, 4).tolist())
         shown = f"`{p.example}`: {weights}" if p.param else weights
@@ -187,7 +207,7 @@ def _fail(objective, k: int, why: str) -> ValueError:
 
 
 def _preset_weights(name: str, param: str | None, objective, k: int) -> list[float]:
-    preset = _BY_NAME.get(name)
+    preset = _find(name)
     if preset is None:
         raise _fail(objective, k, f"unknown preset {name!r}")
     if preset.kind is None:

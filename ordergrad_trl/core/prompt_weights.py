@@ -64,6 +64,12 @@ class PromptWeight:
     summary: str
     example: tuple[float, ...] = ()  # parameter values the shared tests run it with (tests/test_prompt_weight_rows.py)
 
+    @property
+    def setting(self) -> str:
+        """The `ordergrad_prompt_weight` setting the shared tests run it with: its name and `example`
+        (`gaussian:0.4,0.2`)."""
+        return self.name + (":" + ",".join(map(str, self.example)) if self.example else "")
+
 
 # the same function again (a module reloaded) replaces its row; another one under a taken name is refused
 _ROWS: Registry[PromptWeight] = Registry("prompt weight", holder=lambda row: row.fn.__qualname__,

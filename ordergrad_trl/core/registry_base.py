@@ -1,9 +1,12 @@
-"""`Registry`: the name -> row table of the package's registries (prompt weights, eval metrics, sampling modes).
+"""`Registry`: the name -> row table behind each of the package's registries.
 
+The estimators, objective presets, prompt weights, math sets, eval metrics, dynamic-sampling modes and eval
+protocols are each one (tests/test_registry_base.py checks that every `Registry` of the package is listed there).
 Each registry holds rows by a lower-case name, in registration order, behind a read-only view that the config help,
 docs tables and tests iterate; a name is checked once, here, and a name held by another definition is refused,
 naming both (re-running the same definition, e.g. a module reloaded, replaces its row). `unregister` and
-`registered` are for tests and plugins that add a row for a while. Pure Python: every layer can hold one.
+`registered` are for tests and plugins that add a row for a while. Look-ups beyond the name (aliases, Hub ids)
+belong to the registry's module. Pure Python: every layer can hold one.
 """
 
 from __future__ import annotations
@@ -35,14 +38,19 @@ class Registry(Generic[Row]):
             raise ValueError(f"{self.what} names are lower-case identifiers, got {name!r}")
         return name
 
-    def add(self, name: str, row: Row) -> Row:
-        """Register `row` under `name`; `ValueError` for a bad name or one another definition holds."""
+    def check(self, name: str, row: Row) -> str:
+        """`name`, if `add(name, row)` would take it; `ValueError` for a bad name or one another definition holds
+        (a registering decorator asks before it reads the rest of a definition, so a taken name is named first)."""
         self.check_name(name)
         taken = self.rows.get(name)
         if taken is not None and not self.same(taken, row):
             raise ValueError(f"{self.what} name {name!r} is already registered by {self.holder(taken)}; "
                              f"{self.holder(row)} needs another name")
-        self.rows[name] = row
+        return name
+
+    def add(self, name: str, row: Row) -> Row:
+        """Register `row` under `name`; `ValueError` for a bad name or one another definition holds."""
+        self.rows[self.check(name, row)] = row
         return row
 
     def unregister(self, name: str) -> Row | None:

@@ -9,7 +9,8 @@ Two units of replication, two tools:
   a seed. `seed_t_test` gives a t interval and a two-sided p-value for the mean of per-seed (paired) differences,
   `holm` adjusts a family of p-values, `seed_tests` does both for a family (with the Bonferroni interval that goes
   with Holm's first step: `ordergrad-eval compare --groups` and the studies' drivers), `detectable_effect` is the
-  effect such a test detects with given power.
+  effect such a test detects with given power, and `wilcoxon_exact` is the exact signed-rank test beside the t
+  test (a robustness check of the studies).
   `resample_means` bootstraps seeds and problems together (a secondary view: with few seeds its seed part is
   crude, as it resamples only S values).
 
@@ -34,6 +35,7 @@ __all__ = [
     "sign_flip_pvalue",
     "t_cdf",
     "t_ppf",
+    "wilcoxon_exact",
 ]
 
 
@@ -257,6 +259,45 @@ def holm(pvalues) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p[i]))
         adjusted[i] = running
     return adjusted
+
+
+def wilcoxon_exact(diffs) -> dict:
+    """Two-sided Wilcoxon signed-rank test of a symmetric distribution about 0, exact, on per-seed differences.
+
+    Zeros are dropped (Wilcoxon's rule); |d| equal to 12 significant digits tie and share their mean rank. Under
+    the null each rank's sign is + or - with probability 1/2 independently, so W+ (the sum of the positive
+    differences' ranks) has the distribution of a sum of independent {0, rank} terms, counted exactly over all
+    2^m sign patterns (on doubled ranks, integers even with ties). p = P(|W+ - E W+| >= |w - E W+|).
+
+    Returns:
+        {"p", "statistic" (W+), "n" (nonzero differences), "ties" (whether any |d| tied)}; p = 1 with no nonzero
+        difference.
+    """
+    values = [float(x) for x in torch.as_tensor(diffs, dtype=torch.float64).flatten().tolist()]
+    if not all(math.isfinite(x) for x in values):
+        raise ValueError(f"wilcoxon_exact needs finite differences, got {values}")
+    keys = [float(f"{abs(x):.12g}") for x in values if x != 0 and float(f"{abs(x):.12g}") != 0]
+    signs = [x > 0 for x in values if x != 0 and float(f"{abs(x):.12g}") != 0]
+    m = len(keys)
+    if m == 0:
+        return {"p": 1.0, "statistic": 0.0, "n": 0, "ties": False}
+    order = sorted(range(m), key=keys.__getitem__)
+    doubled = [0] * m  # 2 x the mean rank: an integer
+    i = 0
+    while i < m:
+        j = i
+        while j + 1 < m and keys[order[j + 1]] == keys[order[i]]:
+            j += 1
+        for t in range(i, j + 1):
+            doubled[order[t]] = i + j + 2  # ranks i+1..j+1, mean (i + j + 2) / 2
+        i = j + 1
+    total = sum(doubled)
+    counts = [1] + [0] * total  # counts[s]: sign patterns whose positive doubled ranks sum to s
+    for r in doubled:
+        counts = [counts[s] + (counts[s - r] if s >= r else 0) for s in range(total + 1)]
+    w = sum(r for r, positive in zip(doubled, signs) if positive)
+    extreme = sum(c for s, c in enumerate(counts) if abs(2 * s - total) >= abs(2 * w - total))
+    return {"p": extreme / 2**m, "statistic": w / 2, "n": m, "ties": len(set(keys)) < m}
 
 
 def detectable_effect(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:

@@ -15,8 +15,9 @@ two-sided paired sign-flip p-value (`stats.sign_flip_pvalue`: exact up to 16 non
 
 Groups (several seeds each, `--groups`): a run's value is its mean over the problems every run scored; per seed
 the difference group(s) - baseline(s); a t interval and p-value over seeds, Holm over every (group, dataset,
-metric) compared (`stats.seed_tests`, the studies' one implementation): the seed is the unit, since training noise
-is shared by every problem of a seed.
+metric) compared, or over the `--contrasts` GROUP-MINUS:METRIC given (a pre-registered family of endpoints):
+`compare_seeds.seed_contrasts`, the studies' one implementation. The seed is the unit, since training noise is
+shared by every problem of a seed.
 
 Writes `compare.json` (each comparison mirrors report.json: `datasets[<name>].metrics[<metric>]` holds
 `difference`, `ci`, `p_value`, `num_problems`), `compare.md` and `compare.png` (the difference against k).
@@ -29,12 +30,13 @@ import os
 
 import torch
 
-from ordergrad_trl.core.stats import bootstrap_ci, seed_tests, sign_flip_pvalue
+from ordergrad_trl.core.stats import bootstrap_ci, sign_flip_pvalue
 
 from . import layout, records, safe_io
 from .args import PathArgs, ReportArgs, check_types
 from .compare_args import CompareArgs, parse_groups, validate_compare
 from .compare_render import plot_differences, render_compare
+from .compare_seeds import parse_contrasts, seed_contrasts
 from .errors import UsageError
 from .metrics import METRICS, problem_mean
 from .protocol_header import MISMATCH_FIELDS, protocol_header
@@ -174,43 +176,60 @@ def paired(base: dict, other: dict, ds: str, plan: ReportPlan, cargs: CompareArg
             "objectives": {k: out[k] for k in objective_keys}}
 
 
+def _seed_entry(t: dict, num_problems: int) -> dict:
+    return {"difference": t["mean"], "ci": t["ci"], "p_value": t["p"], "p_holm": t["p_holm"],
+            "ci_adjusted": t["ci_adjusted"], "ci_adjusted_level": t["ci_adjusted_level"], "num_seeds": t["n"],
+            "sd": t["sd"], "per_seed": t["per_seed"], "num_problems": num_problems}
+
+
 def seed_level(groups: list[tuple[str, list[dict]]], plan: ReportPlan, cargs: CompareArgs) -> dict:
-    """Per other group, dataset and metric: the seed-level paired test against the first group, Holm over all."""
-    base_name, base_runs = groups[0]
+    """The seed-level family (`compare_seeds.seed_contrasts`, the studies' one implementation): each other group
+    against the first on every dataset and metric, or the `--contrasts` on every dataset; Holm over all."""
+    names, size = [name for name, _ in groups], len(groups[0][1])
     every = [run for _, runs in groups for run in runs]
-    datasets = [ds for ds in base_runs[0]["data"] if all(ds in run["data"] for run in every)]
-    family, shape = {}, {}
+    datasets = [ds for ds in groups[0][1][0]["data"] if all(ds in run["data"] for run in every)]
+    values: dict[str, dict] = {name: {} for name in names}  # group -> {(dataset, metric): per-seed values}
+    shape = {}
     for ds in datasets:
         ks = _ks(plan, every, ds)
         rows = common_problems(every, ds)
         means = [{k: problem_mean(v)[0] for k, v in per_problem(run, ds, plan, ks, idx).items()}
                  for run, idx in zip(every, rows)]
-        by_group = {name: means[i * len(base_runs) : (i + 1) * len(base_runs)] for i, (name, _) in enumerate(groups)}
         metric_keys, objective_keys = selected_keys(plan, ks, cargs.metrics)
         shape[ds] = (ks, len(rows[0]), metric_keys, objective_keys)
-        for name, _ in groups[1:]:
+        for i, name in enumerate(names):
             for key in metric_keys + objective_keys:
-                family[(name, ds, key)] = [g[key] - b[key] for g, b in zip(by_group[name], by_group[base_name])]
-    bad = [k for k, v in family.items() if any(x != x for x in v)]  # NaN: a run with no estimate of the metric
-    if bad:
-        name, ds, key = bad[0]
-        raise UsageError(f"--groups: {key} on {ds} has no value for some run of {name} or {base_name} (every problem "
-                         "left out); leave it out with --metrics")
-    tests = seed_tests({k: v for k, v in family.items()}, cargs.alpha, plan.ci_level)
-    out = {"baseline": base_name, "alpha": cargs.alpha, "family_size": len(tests), "groups": {}}
-    for name, _ in groups[1:]:
+                values[name][(ds, key)] = [m[key] for m in means[i * size : (i + 1) * size]]
+    if cargs.contrasts:
+        asked = parse_contrasts(cargs.contrasts, names)
+        known = [k for ds in datasets for k in (shape[ds][2] + shape[ds][3])]
+        for label, (_, _, key) in asked.items():
+            if any(key not in shape[ds][2] + shape[ds][3] for ds in datasets):
+                raise UsageError(f"--contrasts {label}: {key} is not a metric of this comparison; valid: "
+                                 f"{', '.join(dict.fromkeys(known))}")
+        family = {(label, ds): (g, m, (ds, key)) for label, (g, m, key) in asked.items() for ds in datasets}
+    else:
+        family = {(name, ds, key): (name, names[0], (ds, key)) for name in names[1:] for ds, (_, _, mk, ok)
+                  in shape.items() for key in mk + ok}  # fmt: skip
+    for _, (g, m, (ds, key)) in family.items():
+        if any(x != x for x in values[g][(ds, key)] + values[m][(ds, key)]):  # NaN: a run with no estimate
+            raise UsageError(f"--groups: {key} on {ds} has no value for some run of {g} or {m} (every problem left "
+                             "out); leave it out with --metrics")
+    tests = seed_contrasts(values, family, cargs.alpha, plan.ci_level)
+    out = {"baseline": names[0], "alpha": cargs.alpha, "family_size": len(tests)}
+    if cargs.contrasts:
+        out["contrasts"] = {label: {"group": g, "minus": m, "metric": key, "datasets": {
+            ds: {**_seed_entry(tests[(label, ds)], shape[ds][1]), "ks": shape[ds][0]} for ds in datasets}}
+            for label, (g, m, key) in asked.items()}  # fmt: skip
+        return out
+    out["groups"] = {}
+    for name in names[1:]:
         out["groups"][name] = {"datasets": {}}
         for ds, (ks, num_p, metric_keys, objective_keys) in shape.items():
-            def entry(key):
-                t = tests[(name, ds, key)]
-                return {"difference": t["mean"], "ci": t["ci"], "p_value": t["p"], "p_holm": t["p_holm"],
-                        "ci_adjusted": t["ci_adjusted"], "ci_adjusted_level": t["ci_adjusted_level"],
-                        "num_seeds": t["n"], "sd": t["sd"], "per_seed": family[(name, ds, key)],
-                        "num_problems": num_p}
-
-            out["groups"][name]["datasets"][ds] = {"ks": ks, "num_problems": num_p,
-                                                   "metrics": {k: entry(k) for k in metric_keys},
-                                                   "objectives": {k: entry(k) for k in objective_keys}}
+            out["groups"][name]["datasets"][ds] = {
+                "ks": ks, "num_problems": num_p,
+                "metrics": {k: _seed_entry(tests[(name, ds, k)], num_p) for k in metric_keys},
+                "objectives": {k: _seed_entry(tests[(name, ds, k)], num_p) for k in objective_keys}}
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .compare_seeds import parse_contrasts
 from .errors import UsageError
 from .protocol_header import MISMATCH_FIELDS
 
@@ -27,6 +28,12 @@ class CompareArgs:
         metadata={"help": "Instead of runs, groups of seeds: NAME=RUN,RUN,... each (at least 2 runs, as many in every "
                           "group; the first group is the baseline; run i of a group pairs with run i of the "
                           "baseline): seed-level paired t intervals, Holm over every metric compared."},
+    )
+    contrasts: list[str] = field(
+        default_factory=list,
+        metadata={"help": "With --groups: the family to test instead of every group against the baseline, each "
+                          "GROUP-MINUS:METRIC (e.g. max8-max2:pass@8 max2-max8:pass@2), on every dataset; Holm over "
+                          "these only (a pre-registered set of endpoints, as the studies' reports)."},
     )
     allow_mismatch: list[str] = field(
         default_factory=list,
@@ -86,7 +93,9 @@ def validate_compare(args: CompareArgs) -> None:
     if args.runs and len(args.runs) < 2:
         raise UsageError(f"compare needs a BASE and at least one OTHER run, got only {args.runs[0]}")
     if args.groups:
-        parse_groups(args.groups)
+        parse_contrasts(args.contrasts, [name for name, _ in parse_groups(args.groups)])
+    elif args.contrasts:
+        raise UsageError("--contrasts needs --groups (contrasts are between groups of seeds)")
     for name in args.allow_mismatch:
         if name not in MISMATCH_FIELDS:
             raise UsageError(f"--allow_mismatch must name fields among {', '.join(MISMATCH_FIELDS)}, got {name!r}")

@@ -65,26 +65,35 @@ def render_compare(result: dict, plan) -> str:
                 lines.append("")
     if "seed_level" in result:
         sl = result["seed_level"]
-        lines += [f"Seed level: per seed, group(s) - {sl['baseline']}(s), each run's value its mean over the problems "
+        pairs = "each contrast's GROUP(s) - MINUS(s)" if "contrasts" in sl else f"group(s) - {sl['baseline']}(s)"
+        lines += [f"Seed level: per seed, {pairs}, each run's value its mean over the problems "
                   f"every run scored; two-sided t test over seeds, {level} t interval; Holm over all "
                   f"{sl['family_size']} tests (family-wise alpha {sl['alpha']}); adjusted CI: the t interval at level "
                   f"1 - alpha/{sl['family_size']} (Bonferroni).", ""]
-        for name, g in sl["groups"].items():
+        for label, c in sl.get("contrasts", {}).items():
+            for ds, e in c["datasets"].items():
+                pct = _is_percent(c["metric"], plan, e["ks"])
+                lines += [f"## {label} on {ds}", "", f"{e['num_problems']} problems.", "",
+                          "| metric | seeds | d per seed | mean [t CI] | p | Holm p | adjusted CI |",
+                          "|---|---|---|---|---|---|---|", _seed_row(c["metric"], e, pct), ""]
+        for name, g in sl.get("groups", {}).items():
             for ds, d in g["datasets"].items():
                 lines += [f"## {name} - {sl['baseline']} on {ds}", "", f"{d['num_problems']} problems.", "",
                           "| metric | seeds | d per seed | mean [t CI] | p | Holm p | adjusted CI |",
                           "|---|---|---|---|---|---|---|"]
                 for key, e in {**d["metrics"], **d["objectives"]}.items():
-                    pct = _is_percent(key, plan, d["ks"])
-                    per = " / ".join(_num(x, pct, True) for x in e["per_seed"])
-                    lines.append(f"| {key} | {e['num_seeds']} | {per} | {_num(e['difference'], pct, True)} "
-                                 f"[{_num(e['ci'][0], pct, True)}, {_num(e['ci'][1], pct, True)}] | {_p(e['p_value'])} "
-                                 f"| {_p(e['p_holm'])} | [{_num(e['ci_adjusted'][0], pct, True)}, "
-                                 f"{_num(e['ci_adjusted'][1], pct, True)}] |")
+                    lines.append(_seed_row(key, e, _is_percent(key, plan, d["ks"])))
                 lines.append("")
     if result.get("plot"):
         lines += [f"![difference against k]({Path(result['plot']).name})", ""]
     return "\n".join(lines)
+
+
+def _seed_row(key: str, e: dict, pct: bool) -> str:
+    per = " / ".join(_num(x, pct, True) for x in e["per_seed"])
+    return (f"| {key} | {e['num_seeds']} | {per} | {_num(e['difference'], pct, True)} [{_num(e['ci'][0], pct, True)}, "
+            f"{_num(e['ci'][1], pct, True)}] | {_p(e['p_value'])} | {_p(e['p_holm'])} | "
+            f"[{_num(e['ci_adjusted'][0], pct, True)}, {_num(e['ci_adjusted'][1], pct, True)}] |")
 
 
 def _curves(result: dict):
@@ -93,7 +102,7 @@ def _curves(result: dict):
     blocks = [(f"{c['other']} - {c['base']}", c["datasets"]) for c in result.get("comparisons", [])]
     if "seed_level" in result:
         sl = result["seed_level"]
-        blocks += [(f"{name} - {sl['baseline']}", g["datasets"]) for name, g in sl["groups"].items()]
+        blocks += [(f"{name} - {sl['baseline']}", g["datasets"]) for name, g in sl.get("groups", {}).items()]
     for label, datasets in blocks:
         for ds, d in datasets.items():
             lines = []

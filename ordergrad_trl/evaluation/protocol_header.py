@@ -16,10 +16,15 @@ import importlib.metadata
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-__all__ = ["GRADER", "MISMATCH_FIELDS", "PASS_AT_K_ESTIMATOR", "grader_entry", "protocol_header", "protocol_lines"]
+__all__ = ["GRADER", "MISMATCH_FIELDS", "PASS_AT_K_ESTIMATOR", "STOP_RULE", "grader_entry", "protocol_header",
+           "protocol_lines"]
 
 GRADER = "math-verify"  # the package `tasks.rewards.score_completions` grades with
 PASS_AT_K_ESTIMATOR = "unbiased, 1 - C(n-c,k)/C(n,k) per problem (Chen et al. 2021), averaged over problems"
+# Every backend stops at the same ids (`tokens.stop_token_ids`) and at no string: the one stop rule of every run and
+# preset (evaluation/protocols.py says why no preset needs a stop string)
+STOP_RULE = ("the model's end-of-sequence ids (tokenizer and generation config) and its chat template's "
+             "end-of-turn token; no stop strings")
 
 
 def grader_entry(old: dict | None, reward_timeout_s: float) -> dict:
@@ -49,6 +54,7 @@ def protocol_header(provenance: dict | None) -> dict:
         **{k: sampling.get(k) for k in ("temperature", "top_p", "top_k", "max_new_tokens")},
         "n": {name: entry.get("num_samples") for name, entry in datasets.items() if isinstance(entry, dict)},
         "seeds": draws.get("seeds"),
+        "stop": STOP_RULE,
         "pass@k_estimator": PASS_AT_K_ESTIMATOR,
         "grader": grader.get("name"),
         "grader_versions": grader.get("versions"),
@@ -78,7 +84,8 @@ def protocol_lines(header: dict | None) -> list[str]:
             + (f"`{t['system_prompt']!r}`" if t["system_prompt"] else "none") + f", user template {user}. "
             f"temperature {_shown(header['temperature'])}, top_p {_shown(header['top_p'])}, top_k "
             f"{_shown(header['top_k'])}, max_new_tokens {_shown(header['max_new_tokens'])}; n = {n}; seed {seeds}. "
-            f"pass@k estimator: {header['pass@k_estimator']}. Grader: {grader}.", ""]
+            + (f"Stops at {header['stop']}. " if header.get("stop") else "")
+            + f"pass@k estimator: {header['pass@k_estimator']}. Grader: {grader}.", ""]
 
 
 def _problems(run: Mapping, dataset: str):

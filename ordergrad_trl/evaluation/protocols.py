@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
+from ordergrad_trl.core.registry_base import Registry
 from ordergrad_trl.tasks.prompts import DEFAULT_USER_TEMPLATE
 
 from .errors import UsageError
@@ -49,15 +49,13 @@ class Protocol:
                                  f"off: {', '.join(sorted(missing))}")
 
 
-_PROTOCOLS: dict[str, Protocol] = {}
-PROTOCOLS: Mapping[str, Protocol] = MappingProxyType(_PROTOCOLS)
+_ROWS: Registry[Protocol] = Registry("protocol", holder=lambda p: f"protocol {p.title!r}")
+PROTOCOLS: Mapping[str, Protocol] = _ROWS.view
 """Every named protocol by name, in the order `--protocol`'s help lists them."""
 
 
 def _register(protocol: Protocol) -> None:
-    if protocol.name in _PROTOCOLS:
-        raise ValueError(f"protocol {protocol.name!r} is already registered")
-    _PROTOCOLS[protocol.name] = protocol
+    _ROWS.add(protocol.name, protocol)
 
 
 _R1 = "DeepSeek-R1 (arXiv 2501.12948), Sec. 3.1 Evaluation Setup, and the deepseek-ai/DeepSeek-R1 README"

@@ -1,11 +1,13 @@
-"""The registry of math sets: each set's sources, readers and metadata (`MATH_SETS`), looked up by name or alias."""
+"""The registry of math sets: each set's sources, readers and metadata (`MATH_SETS`), looked up by name or alias.
+
+`MATH_SETS` is a `Registry`'s view by canonical name; the look-up by alias or Hub id (`find_math_set`) is here."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from types import MappingProxyType
 
+from ..core.registry_base import Registry
 from .arithmetic import ARITHMETIC_SPEC, DIGITS_SPEC
 from .arithmetic_splits import CHAINS_SPEC, DIGITS20_SPEC
 from .prompts import last_boxed
@@ -147,10 +149,43 @@ _SPECS = (
     CHAINS_SPEC,
 )
 
-MATH_SETS: Mapping[str, MathSetSpec] = MappingProxyType({spec.name: spec for spec in _SPECS})
-"""Known sets by canonical name."""
+_ROWS: Registry[MathSetSpec] = Registry(
+    "math set", holder=lambda s: f"the set {s.description or s.hub_id or s.name!r}", same=lambda old, new: old == new
+)
+MATH_SETS: Mapping[str, MathSetSpec] = _ROWS.view
+"""Known sets by canonical name, in registration order."""
 
-REFERENCE_SOLUTION_SETS: tuple[str, ...] = tuple(spec.name for spec in _SPECS if spec.has_reference_solution)
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s_-]", "", name.lower())
+
+
+def _keys(spec: MathSetSpec) -> tuple[str, ...]:
+    """What a set is found by: its name, its aliases and its Hub id."""
+    return (spec.name, *spec.aliases, *((spec.hub_id,) if spec.hub_id else ()))
+
+
+def find_math_set(name: str) -> MathSetSpec | None:
+    """Registry entry for `name` (canonical name, alias such as "MATH-500", or Hub id; case-insensitive), or None."""
+    key = _norm(str(name))
+    return next((spec for spec in MATH_SETS.values() if key in map(_norm, _keys(spec))), None)
+
+
+def _register(spec: MathSetSpec) -> MathSetSpec:
+    """Add `spec` under its name; a name, alias or Hub id (case, spaces, `_` and `-` ignored) another set is found
+    by raises."""
+    _ROWS.check(spec.name, spec)
+    for key in _keys(spec):
+        taken = find_math_set(key)
+        if taken is not None and taken.name != spec.name:
+            raise ValueError(f"math set name {key!r} of {spec.name!r} is taken by {taken.name!r}")
+    return _ROWS.add(spec.name, spec)
+
+
+for _spec in _SPECS:
+    _register(_spec)
+
+REFERENCE_SOLUTION_SETS: tuple[str, ...] = tuple(n for n, spec in MATH_SETS.items() if spec.has_reference_solution)
 """Sets whose rows carry a full solution ending in `\\boxed{answer}` (`keep_solution=True`): scoring those
 solutions as completions must give 100%, a check of an evaluator's answer extraction. Minerva's solution exists
 only in the local (Qwen2.5-Math) copy, not in the Hub's math-ai/minervamath."""
@@ -177,22 +212,6 @@ def set_table() -> str:
     return "\n".join(rows)
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[\s_-]", "", name.lower())
-
-
-_LOOKUP: dict[str, MathSetSpec] = {}
-for _spec in _SPECS:
-    for _key in (_spec.name, *_spec.aliases, *((_spec.hub_id,) if _spec.hub_id else ())):
-        if _LOOKUP.setdefault(_norm(_key), _spec) is not _spec:
-            raise ValueError(f"math set name {_key!r} of {_spec.name!r} is taken by {_LOOKUP[_norm(_key)].name!r}")
-
-
-def find_math_set(name: str) -> MathSetSpec | None:
-    """Registry entry for `name` (canonical name, alias such as "MATH-500", or Hub id; case-insensitive), or None."""
-    return _LOOKUP.get(_norm(str(name)))
-
-
 def get_math_set(name: str) -> MathSetSpec:
     """`find_math_set`, raising a ValueError that lists the valid names for an unknown one."""
     spec = find_math_set(name)
@@ -206,4 +225,4 @@ def get_math_set(name: str) -> MathSetSpec:
 def spec_for_file(file_name: str) -> MathSetSpec:
     """How to read a data file: the set whose local file has this name (`math500_test.jsonl`), else
     `GENERIC_SPEC`."""
-    return next((s for s in _SPECS if s.local_file == file_name), GENERIC_SPEC)
+    return next((s for s in MATH_SETS.values() if s.local_file == file_name), GENERIC_SPEC)

@@ -110,11 +110,11 @@ class OrderGradConfig(GRPOConfig):
         > Parameters that spend the batch on groups that carry a gradient (docs/training.md, "Dynamic sampling")
 
         ordergrad_dynamic_sampling (`str`, *optional*, defaults to `"off"`):
-            A mode of `DYNAMIC_SAMPLING` (training/dynamic_sampling.py: what each reads, whether it refills;
-            docs/training.md): `"filter"` drops the groups whose advantages are all 0 after the estimator, prompt
-            weight and scaling from the loss and its normalizer, `"refill"` also generates further prompts with the
-            same weights. A mode that leaves groups out needs a `loss_type` among `"dr_grpo"`, `"luspo"`, `"dapo"`,
-            `"cispo"`, `"vespo"`; one that refills also not vLLM server mode.
+            A mode of `DYNAMIC_SAMPLING` (training/dynamic_sampling.py; the field's help lists each, what it reads
+            and whether it refills; docs/training.md), e.g. `"refill"`: drop the groups whose advantages are all 0
+            after the estimator, prompt weight and scaling, and generate further prompts in their place. A mode that
+            leaves groups out needs a `loss_type` among `"dr_grpo"`, `"luspo"`, `"dapo"`, `"cispo"`, `"vespo"`; one
+            that refills also not vLLM server mode.
         ordergrad_dynamic_sampling_max_rounds (`int`, *optional*, defaults to `3`):
             A mode that refills: the most extra generation rounds per batch; then it trains on the groups it has.
 

@@ -356,10 +356,6 @@ class OrderGradTrainer(GRPOTrainer):
         logged.extend(advantages.tolist())
         return output, batch
 
-    def _ordergrad_advantages(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
-        """Gathered `(N_global, num_funcs)` rewards -> gathered `(N_global,)` advantages, logging the metrics."""
-        return self._ordergrad_batch(rewards_per_func, group_size, mode).advantages
-
     def _ordergrad_batch(self, rewards_per_func: torch.Tensor, group_size: int, mode: str) -> GroupedBatch:
         """Gathered `(N_global, num_funcs)` rewards -> the plan's record of the batch, logging the metrics from it."""
         # Weighted sum as TRL's "sum_then_normalize": a None from some functions counts as 0, from all as unscorable.

@@ -14,6 +14,14 @@ import torch
 
 from ordergrad_trl.core.estimators import scale_advantages
 from ordergrad_trl.core.plan import build_plan
+from ordergrad_trl.core.prompt_weights import PROMPT_WEIGHTS, parse_prompt_weight
+
+
+def weighing_settings() -> list[str]:
+    """Every registered prompt weight but the one that weighs nothing (`none`), as the setting the shared tests run
+    it with (`gaussian:0.4,0.2`): what a test about every weight iterates, so a new weight is tested by being
+    registered."""
+    return [row.setting for row in PROMPT_WEIGHTS.values() if parse_prompt_weight(row.setting) is not None]
 
 BAD_SETTINGS = [
     ({"k": 8}, 8),  # K must be < N

@@ -6,14 +6,14 @@ keyword parameters and defaults (read from its signature), which of them the obj
 centering, rewards it accepts, source) and its contract: the fewest valid rewards a group needs (`min_group`), what
 NaN rewards do (`nan`, a key of `NAN_RULES`), whether it is unbiased (`unbiased`) and for which L-statistic
 (`target`). The config's `ordergrad_estimator` help, docs/estimators.md's table
-(`estimator_table()`), the plan's checks, the verl adapter and the tests all iterate `ESTIMATORS`.
+(`estimator_table()`), the plan's checks, the verl adapter and the tests all iterate `ESTIMATORS`, the read-only
+view of a `Registry` (core/registry_base.py); a test lends a row with `_ROWS.registered(name, row)`.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..advantage import _float64_device, _out_dtype
+from ..registry_base import Registry
 from ..schedule import ObjectiveStage
 
 __all__ = [
@@ -95,8 +96,15 @@ class Estimator:
         return self.fn(rewards, **{name: getattr(stage, STAGE_FILLS[name]) for name in self.reads}, **stage.options)
 
 
-_REGISTRY: dict[str, Estimator] = {}
-ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(_REGISTRY)  # name -> Estimator, in registration order
+def _defined_by(e: Estimator) -> str:
+    return f"{e.fn.__module__}.{e.fn.__qualname__}"
+
+
+# the same function again (a module reloaded) replaces its row; another one under a taken name is refused
+_ROWS: Registry[Estimator] = Registry("estimator", holder=_defined_by,
+                                      same=lambda taken, row: _defined_by(taken) == _defined_by(row))
+_REGISTRY = _ROWS.rows
+ESTIMATORS: Mapping[str, Estimator] = _ROWS.view  # name -> Estimator, in registration order
 
 
 def register_estimator(
@@ -121,25 +129,20 @@ def register_estimator(
     `(objective, K)` whose gradient it estimates. The package's own estimators give them all, and the shared tests
     check each claim (tests/test_estimators_contract.py, test_estimators_unbiased.py).
     """
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise ValueError(f"estimator names are lower-case identifiers, got {name!r}")
+    _ROWS.check_name(name)
     if nan not in NAN_RULES:
         raise ValueError(f"estimator {name!r}: nan must be one of {', '.join(NAN_RULES)}, got {nan!r}")
 
     def register(fn: Callable) -> Callable:
-        taken = _REGISTRY.get(name)
-        if taken is not None and (taken.fn.__module__, taken.fn.__qualname__) != (fn.__module__, fn.__qualname__):
-            raise ValueError(
-                f"estimator name {name!r} is already registered by {taken.fn.__module__}.{taken.fn.__qualname__}; "
-                f"{fn.__module__}.{fn.__qualname__} needs another name"
-            )
         signature = inspect.signature(fn)
         params = {p.name: p.default for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY}
+        reads = tuple(p for p in STAGE_FILLS if p in params)
+        row = Estimator(name, fn, MappingProxyType(params), reads, advantage, unbiased_for, centered, binary, source,
+                        summary, min_group, nan, unbiased, target)  # fmt: skip
+        _ROWS.check(name, row)  # a name another function holds is refused before the signature is judged
         if any(value is inspect.Parameter.empty for value in params.values()):
             raise ValueError(f"estimator {name!r}: every keyword-only parameter needs a default")
-        reads = tuple(p for p in STAGE_FILLS if p in params)
-        _REGISTRY[name] = Estimator(name, fn, MappingProxyType(params), reads, advantage, unbiased_for, centered,
-                                    binary, source, summary, min_group, nan, unbiased, target)  # fmt: skip
+        _ROWS.add(name, row)
         return fn
 
     return register
@@ -194,7 +197,7 @@ def bind_estimator(name: str, *, num_generations: int | None = None, **params) -
 
 def estimator_help() -> str:
     """The names and summaries for `OrderGradConfig.ordergrad_estimator`'s help."""
-    return "; ".join(f"{e.name} ({e.summary})" for e in _REGISTRY.values())
+    return _ROWS.help(lambda e: f"{e.name} ({e.summary})")
 
 
 def estimator_table() -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "studies"))
 
 import objective_frontier  # noqa: E402
@@ -205,7 +205,7 @@ def test_the_guide_and_every_quoted_cost_are_the_committed_report():
     readme = (REPO / "README.md").read_text()
     results = (REPO / "docs" / "results.md").read_text()
     segments = {
-        # the digits20 section quotes its own panel (tests/test_crossover_published.py)
+        # the digits20 section quotes its own panel (tests/studies/test_crossover_published.py)
         "guide outside its table": (guide[:start] + guide[end:]).replace(guide_section(guide), ""),
         "README caption": _segment(readme, "*SmolLM2-135M-Instruct", "## Installation"),
         "README replication": _segment(readme, "**Replication.**", "- **[Max@8 vs MaxRL]"),
@@ -269,7 +269,7 @@ def test_the_guide_claims_nothing_beyond_what_was_measured():
 
     committed = json.loads((objective_frontier.ASSETS / "objective_frontier.json").read_text())
     guide = " ".join(objective_frontier.GUIDE.read_text().split())
-    cfg = yaml.safe_load((REPO / "recipes" / "configs" / "compare_objectives.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "studies" / "configs" / "compare_objectives.yaml").read_text())
     assert "temperature" in cfg and cfg["temperature"] > 0  # every evaluation is sampled
     for phrase in ("train for the k you deploy", "pass@1, or greedy", "best of 8 or more", "best of 2-4", "small pass@8"):
         assert phrase not in guide, phrase

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "studies"))
 
 import compare_summary  # noqa: E402
@@ -354,7 +354,7 @@ def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_p
         ("x=--ordergrad_k", "'--flag value' pairs"),
         ("x=--ordergrad_objective ReMax --ordergrad_k 16", "ordergrad_k (16) must be smaller than num_generations (16)"),
         ("x=--ordergrad_prompt_weight hazard", "ordergrad_prompt_weight='hazard' is unknown"),
-        ("x=--ordergrad_prompt_weight curverl --ordergrad_prompt_weight_window two", "invalid literal"),
+        ("x=--ordergrad_prompt_weight curverl --ordergrad_prompt_weight_window two", "invalid int value: 'two'"),
     ],
 )  # fmt: skip
 def test_a_defined_arm_is_checked_when_given(spec, needle):

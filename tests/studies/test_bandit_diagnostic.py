@@ -12,7 +12,7 @@ import torch
 from helpers.oracle import lstat
 from ordergrad_trl import rank_weights
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))  # the drivers are scripts, not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "studies"))  # the drivers are scripts, not a package
 
 
 @pytest.fixture(scope="module")
