@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, write_report
+from compare_replication import _pts, pass_at_k, protocol_lines, write_report
 from compare_seed_level import CEILING, detectable, random_effects, stable, welch_test
 from compare_summary import check_units, load_units
-from unit_records import read_rerun
+from unit_records import design_status, read_failures, read_rerun
 from ordergrad_trl.core.stats import seed_t_test
 from ordergrad_trl.evaluation.compare_seeds import seed_contrasts
 
@@ -96,29 +96,23 @@ def repro_check(replication: dict, repro_dir: Path, commits: list[str]) -> dict:
 
 def headtohead(assets: Path, replication_dir: Path | None = None, repro_dir: Path | None = None) -> dict:
     units = load_units(assets) if assets.is_dir() else {}
-    expected = [f"{arm}-s{s}" for s in SEEDS for arm in ARMS]
     failures = read_failures(assets.parent / f"{assets.name}_failures.json")
-    attempts = {u: sum(r["unit"] == u for r in failures) for u in expected}
-    gave_up = sorted({int(u.rsplit("-s", 1)[1]) for u, a in attempts.items() if a >= MAX_ATTEMPTS and u not in units})
     if units:
         check_units(units)
-    done = [s for s in SEEDS if all(f"{arm}-s{s}" in units for arm in ARMS)]
+    status = design_status(units, ARMS, SEEDS, failures)
+    expected, done, commits = status["expected"], status["done"], status["commits"]
     values = _endpoint_values(units, done)
-    commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
     p8 = {u: pass_at_k(units[u], 8) for u in expected if u in units}
     at_ceiling = sorted({int(u.rsplit("-s", 1)[1]) for u, v in p8.items() if v >= CEILING})
     alone = {arm: [s for s in done if p8[f"{arm}-s{s}"] >= CEILING > p8[f"{ARMS[1 - i]}-s{s}"]]
              for i, arm in enumerate(ARMS)}  # fmt: skip
     rest = [values["i"][i] for i, s in enumerate(done) if s not in alone["maxrl"]]
-    complete = all(s in done or s in gave_up for s in SEEDS)
+    complete = status["complete"]
     report = {
         "design": {"arms": list(ARMS), "seeds": list(SEEDS), "alpha": ALPHA, "correction": "Holm over the endpoints",
                    "endpoints": [{"name": n, "arm": a, "minus": m, "metric": f"pass@{k}"} for n, a, m, k in ENDPOINTS],
                    "test": "two-sided one-sample t test of mean = 0 over seeds, per endpoint"},
-        "units": {"expected": len(expected), "present": sum(u in units for u in expected),
-                  "missing": [u for u in expected if u not in units],
-                  "outside_the_design": sorted(u for u in units if u not in expected)},
-        "commits": commits, "failures": failures, "missing_seeds": gave_up,
+        "units": status["units"], "commits": commits, "failures": failures, "missing_seeds": status["missing_seeds"],
         "per_seed": [{"seed": s, **{f"{a} pass@{k}": pass_at_k(units[f"{a}-s{s}"], k) for a in ARMS for k in (8, 1)},
                       **{n: values[n][i] for n, *_ in ENDPOINTS}} for i, s in enumerate(done)],
         "ceiling": {"threshold": CEILING, "metric": "pass@8 of either arm", "seeds": at_ceiling,

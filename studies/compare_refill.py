@@ -24,10 +24,10 @@ import torch
 
 import compare_crossover as cx  # studies/, beside this file
 from compare_headtohead import endpoint_family, primary_tests
-from compare_replication import MAX_ATTEMPTS, _pts, pass_at_k, protocol_lines, read_failures, write_report
+from compare_replication import _pts, pass_at_k, protocol_lines, write_report
 from compare_seed_level import stable
 from compare_summary import check_units, load_units
-from unit_records import resumed_units
+from unit_records import design_status, read_failures, resumed_units
 from ordergrad_trl.core.stats import seed_t_test, sign_flip_pvalue, wilcoxon_exact
 from ordergrad_trl.evaluation.compare_seeds import count_value
 
@@ -101,25 +101,18 @@ def planner_score(units: dict, seeds: list[int]) -> dict:
 
 def refill(assets: Path, repro_dir: Path | None = None) -> dict:
     units = load_units(assets) if assets.is_dir() else {}
-    expected = [f"{arm}-s{s}" for s in SEEDS for arm in ARMS]
     failures = read_failures(assets.parent / f"{assets.name}_failures.json")
-    attempts = {u: sum(r["unit"] == u for r in failures) for u in expected}
-    gave_up = sorted({int(u.rsplit("-s", 1)[1]) for u, a in attempts.items() if a >= MAX_ATTEMPTS and u not in units})
     if units:
         check_units(units)
-    done = [s for s in SEEDS if all(f"{arm}-s{s}" in units for arm in ARMS)]
-    commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
-    complete = all(s in done or s in gave_up for s in SEEDS)
+    status = design_status(units, ARMS, SEEDS, failures)
+    done, commits, complete = status["done"], status["commits"], status["complete"]
     report = {
         "design": {"arms": list(ARMS), "seeds": list(SEEDS), "alpha": ALPHA, "correction": "Holm over the endpoints",
                    "endpoints": [{"name": n, "arm": a, "minus": m, "metric": f"pass@{k}"} for n, a, m, k in ENDPOINTS],
                    "test": "two-sided one-sample t test of mean = 0 over seeds, per endpoint",
                    "robustness": "exact Wilcoxon signed-rank p and sign-flip p beside each (change no verdict)"},
-        "units": {"expected": len(expected), "present": sum(u in units for u in expected),
-                  "missing": [u for u in expected if u not in units],
-                  "outside_the_design": sorted(u for u in units if u not in expected)},
-        "commits": commits, "failures": failures, "missing_seeds": gave_up, "complete": complete,
-        "resumed": resumed_units(units, expected),
+        "units": status["units"], "commits": commits, "failures": failures,
+        "missing_seeds": status["missing_seeds"], "complete": complete, "resumed": resumed_units(units, status["expected"]),
     }  # fmt: skip
     if not complete or len(done) < 2:
         report["interim"] = {"seeds": len(done)}  # no value at all, not even per seed, until every unit is in

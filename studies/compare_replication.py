@@ -29,14 +29,13 @@ import torch
 
 from compare_seed_level import CEILING, detectable, stable
 from compare_summary import check_units, load_units
-from unit_records import read_json, read_rerun
+from unit_records import MAX_ATTEMPTS, design_status, read_failures, read_rerun
 from ordergrad_trl.core.stats import seed_t_test
 from ordergrad_trl.evaluation.compare_seeds import count_value
 
 ARM, BASELINE, K = "max8", "rloo", 8
 SEEDS = tuple(range(10, 25))
 ALPHA, POWER = 0.05, 0.8
-MAX_ATTEMPTS = 3  # a seed whose unit failed this often is reported as missing; the test runs on complete pairs
 REPRO_UNIT = "rloo-s9"
 EXPLORATORY = ("maxrl",)  # arms run at the same seeds, reported apart from the test (studies/compare_objectives.py)
 
@@ -44,15 +43,6 @@ EXPLORATORY = ("maxrl",)  # arms run at the same seeds, reported apart from the 
 def pass_at_k(unit: dict, k: int = K) -> float:
     """A unit's pass@k: the mean over its problems of the unbiased estimate from c correct of n samples."""
     return count_value(unit["eval"]["correct"], unit["num_samples"], f"pass@{k}")
-
-
-def read_failures(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = read_json(path, "failures list")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("unit"), str) for r in rows):
-        raise ValueError(f"{path}: expected a list of {{'unit': NAME, 'error': TEXT}}")
-    return rows
 
 
 def verdict(test: dict, alpha: float = ALPHA) -> str:
@@ -115,26 +105,21 @@ def exploratory_arm(units: dict, arm: str) -> dict:
 
 def replication(assets: Path, ten_seed_dir: Path | None = None, repro_path: Path | None = None) -> dict:
     units = load_units(assets) if assets.is_dir() else {}
-    expected = [f"{arm}-s{s}" for s in SEEDS for arm in (BASELINE, ARM)]
     failures = read_failures(assets.parent / f"{assets.name}_failures.json")
-    attempts = {u: sum(r["unit"] == u for r in failures) for u in expected}
-    gave_up = sorted({int(u.rsplit("-s", 1)[1]) for u, a in attempts.items() if a >= MAX_ATTEMPTS and u not in units})
+    status = design_status(units, (BASELINE, ARM), SEEDS, failures)
     ten_seed = load_units(ten_seed_dir) if ten_seed_dir and ten_seed_dir.is_dir() else {}
     if units:
         check_units({**{u: v for u, v in ten_seed.items() if u != "base"}, **units})  # the same protocol as ten seeds
     done, base, arm = _pairs(units, SEEDS)
     d = [y - x for x, y in zip(base, arm)]
-    commits = sorted({units[u].get("commit", "unknown") for u in units if u in expected})
+    commits = status["commits"]
     rloo_present = [s for s in SEEDS if f"{BASELINE}-s{s}" in units]
     at_ceiling = [s for s in rloo_present if pass_at_k(units[f"{BASELINE}-s{s}"]) >= CEILING]
-    complete = all(s in done or s in gave_up for s in SEEDS)
+    complete = status["complete"]  # (the seeds with both units are `_pairs`' done)
     report = {
         "design": {"arm": ARM, "baseline": BASELINE, "endpoint": f"pass@{K}", "seeds": list(SEEDS), "alpha": ALPHA,
                    "test": "two-sided one-sample t test of mean(d) = 0 over seeds, no correction"},
-        "units": {"expected": len(expected), "present": sum(u in units for u in expected),
-                  "missing": [u for u in expected if u not in units],
-                  "outside_the_design": sorted(u for u in units if u not in expected)},
-        "commits": commits, "failures": failures, "missing_seeds": gave_up,
+        "units": status["units"], "commits": commits, "failures": failures, "missing_seeds": status["missing_seeds"],
         "per_seed": [{"seed": s, BASELINE: x, ARM: y, "d": y - x} for s, x, y in zip(done, base, arm)],
         "ceiling": {"threshold": CEILING, "seeds": at_ceiling, "of": len(rloo_present)},
         "complete": complete,

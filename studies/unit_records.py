@@ -141,6 +141,36 @@ def recorded_flags(assets: Path, num_generations: int, builtin: set[str],
     return out
 
 
+MAX_ATTEMPTS = 3  # a seed whose unit failed this often is reported as missing; the tests run on the complete seeds
+
+
+def read_failures(path: Path) -> list[dict]:
+    """A design's failed attempts (`<assets>_failures.json`: [{"unit", "error"}, ...]); [] when there is none."""
+    if not path.exists():
+        return []
+    rows = read_json(path, "failures list")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("unit"), str) for r in rows):
+        raise ValueError(f"{path}: expected a list of {{'unit': NAME, 'error': TEXT}}")
+    return rows
+
+
+def design_status(units: dict, arms, seeds, failures: list[dict]) -> dict:
+    """The bookkeeping every pre-registered report states, for the units `<arm>-s<seed>` of `arms` x `seeds`:
+    `expected` (unit names), `done` (the seeds with every arm in), `missing_seeds` (the seeds a unit failed
+    `MAX_ATTEMPTS` times and is not in: the failure rule), `commits` (those the design's units ran at), `complete`
+    (every seed done or missing) and `units` (the report's counts: expected, present, missing, outside the design)."""
+    expected = [f"{arm}-s{s}" for s in seeds for arm in arms]
+    attempts = {u: sum(r["unit"] == u for r in failures) for u in expected}
+    gave_up = sorted({int(u.rsplit("-s", 1)[1]) for u, a in attempts.items() if a >= MAX_ATTEMPTS and u not in units})
+    done = [s for s in seeds if all(f"{arm}-s{s}" in units for arm in arms)]
+    return {"expected": expected, "done": done, "missing_seeds": gave_up,
+            "commits": sorted({units[u].get("commit", "unknown") for u in units if u in expected}),
+            "complete": all(s in done or s in gave_up for s in seeds),
+            "units": {"expected": len(expected), "present": sum(u in units for u in expected),
+                      "missing": [u for u in expected if u not in units],
+                      "outside_the_design": sorted(u for u in units if u not in expected)}}  # fmt: skip
+
+
 def resumed_units(units: dict, expected) -> list[str]:
     """The units resumed after an interruption: their model was trained in an earlier attempt, which the driver
     reuses (`train_wall_s` 0: the recorded attempt only evaluated)."""
