@@ -46,6 +46,10 @@ def test_count_value_of_an_objective_matches_subset_enumeration():
 def test_bad_counts_are_refused(counts, n):
     with pytest.raises(ValueError, match=r"correct counts must lie in \[0, n\]"):
         count_matrix(counts, n)
+    for fractional in ([2.5, 1.0], [float("nan")], [True, False]):  # never truncated to a count silently
+        with pytest.raises(ValueError, match="whole numbers"):
+            count_matrix(fractional, 4)
+    assert count_matrix([2.0, 0.0], 4).sum().item() == 2.0  # a whole float is a count
 
 
 def test_parse_contrasts_matches_whole_names():

@@ -34,7 +34,10 @@ COUNT_METRICS = {"pass@": pass_at_k, "pass^": pass_hat_k}
 def count_matrix(correct: Sequence[int] | torch.Tensor, n: int) -> torch.Tensor:
     """`(P,)` correct counts of n samples -> `(P, n)` float64 0/1 matrix, row i with correct[i] ones, last (the
     estimates are symmetric in the samples, so which ones is immaterial)."""
-    c = torch.as_tensor(correct, dtype=torch.int64).flatten()
+    raw = torch.as_tensor(correct).flatten()
+    if raw.dtype == torch.bool or (raw.is_floating_point() and not bool((raw == raw.round()).all())):
+        raise ValueError(f"correct counts must be whole numbers, got {raw.tolist()[:8]}")
+    c = raw.to(torch.int64)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1 or bool(((c < 0) | (c > n)).any()):
         raise ValueError(f"correct counts must lie in [0, n] with n >= 1, got n={n!r} and counts in "
                          f"[{int(c.min()) if len(c) else 0}, {int(c.max()) if len(c) else 0}]")
