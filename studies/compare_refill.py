@@ -70,8 +70,11 @@ def costs(units: dict, seeds: list[int]) -> dict:
     timed = [s for s in seeds if units[f"max8_refill-s{s}"].get("train_wall_s") and units[f"max8-s{s}"].get(
         "train_wall_s")]  # fmt: skip
     ratio = [units[f"max8_refill-s{s}"]["train_wall_s"] / units[f"max8-s{s}"]["train_wall_s"] for s in timed]
+    seconds = {arm: sum(units[f"{arm}-s{s}"]["train_wall_s"] for s in timed) / len(timed) if timed else None
+               for arm in ("max8", "max8_refill")}  # fmt: skip
     out = {"extra_rounds_per_step": {"per_seed": extra, "mean": sum(extra) / len(extra)},
-           "train_wall_ratio": {"seeds": timed, "per_seed": ratio, "mean": sum(ratio) / len(ratio) if ratio else None}}
+           "train_wall_ratio": {"seeds": timed, "per_seed": ratio, "mean": sum(ratio) / len(ratio) if ratio else None,
+                                "mean_seconds": seconds}}
     if len(ratio) >= 2:
         out["train_wall_ratio"]["ci"] = seed_t_test(torch.tensor(ratio, dtype=torch.float64))["ci"]
     return out
@@ -96,6 +99,7 @@ def planner_score(units: dict, seeds: list[int]) -> dict:
     means = {f"pass@{k}": {a: sum(pass_at_k(units[f"{a}-s{s}"], k) for s in seeds) / len(seeds) for a in ARMS}
              for k in (8, 1)}  # fmt: skip
     return {"pairs": [list(p) for p in PREDICTED_PAIRS], "means": means,
+            "ranks": {m: sorted(ARMS, key=lambda a: -v[a]) for m, v in means.items()},  # best first
             "held": {m: [v[a] > v[b] for a, b in PREDICTED_PAIRS] for m, v in means.items()}}
 
 
@@ -199,8 +203,10 @@ def table(r: dict) -> str:
         lines.append(f"| {row['seed']} | " + " | ".join(f"{stable(100 * row[h]):.1f}" for h in head) + " |")
     c = r["costs"]
     wall = c["train_wall_ratio"]
+    sec = wall["mean_seconds"]
     wall_text = (f"{wall['mean']:.2f}x Max@8's" + (f" [95% t CI {wall['ci'][0]:.2f}, {wall['ci'][1]:.2f}]"
-                 if "ci" in wall else "") + f" over {len(wall['seeds'])} seeds" if wall["mean"] is not None
+                 if "ci" in wall else "") + f" over {len(wall['seeds'])} seeds (mean {sec['max8_refill']:.0f} s "
+                 f"against {sec['max8']:.0f} s)" if wall["mean"] is not None
                  else "not measured (every unit resumed)")  # fmt: skip
     lines += ["", *endpoint_lines(r), "",
               f"**Cost of refill** (reported, not tested): {stable(c['extra_rounds_per_step']['mean']):.2f} extra "
@@ -214,8 +220,9 @@ def table(r: dict) -> str:
     pl = r["planner"]
     pairs = ", ".join(f"{a} > {b}" for a, b in pl["pairs"])
     held = "; ".join(f"on {m}: {sum(h)} of {len(h)}" for m, h in pl["held"].items())
+    ranks = "; ".join(f"{m}: {' > '.join(order)}" for m, order in pl["ranks"].items())
     lines += ["", f"**The planner's prediction, scored** (exploratory; it decides nothing): of its strict pairs "
-              f"({pairs}), the arms' mean values held {held}.", "", cx.repro_line(r), "",
+              f"({pairs}), the arms' mean values held {held}. Observed order ({ranks}).", "", cx.repro_line(r), "",
               f"README sentence, as pre-registered: \"{readme_sentence(r)}\""]
     return "\n".join(lines)
 

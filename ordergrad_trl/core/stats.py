@@ -267,7 +267,8 @@ def wilcoxon_exact(diffs) -> dict:
     Zeros are dropped (Wilcoxon's rule); |d| equal to 12 significant digits tie and share their mean rank. Under
     the null each rank's sign is + or - with probability 1/2 independently, so W+ (the sum of the positive
     differences' ranks) has the distribution of a sum of independent {0, rank} terms, counted exactly over all
-    2^m sign patterns (on doubled ranks, integers even with ties). p = P(|W+ - E W+| >= |w - E W+|).
+    2^m sign patterns (on doubled ranks, integers even with ties). p = P(|W+ - E W+| >= |w - E W+|). Integer
+    dynamic programming, O(m^3): instant for per-seed differences (tens), seconds at a few hundred.
 
     Returns:
         {"p", "statistic" (W+), "n" (nonzero differences), "ties" (whether any |d| tied)}; p = 1 with no nonzero

@@ -125,6 +125,12 @@ def test_costs_come_from_the_training_logs_and_leave_resumed_units_out(tmp_path)
     md = rf.table(r)
     assert f"Units resumed after an interruption (trained in an earlier attempt, then evaluated): {resumed}." in md
     assert "1.50 extra generation rounds per step" in md
+    mean_s = sum(150.0 + s for s in rf.SEEDS[1:]) / len(ratios)
+    assert c["train_wall_ratio"]["mean_seconds"] == pytest.approx({"max8": 100.0, "max8_refill": mean_s})
+    assert f"(mean {mean_s:.0f} s against 100 s)" in md
+    means = r["planner"]["means"]["pass@8"]
+    assert r["planner"]["ranks"]["pass@8"] == sorted(rf.ARMS, key=lambda a: -means[a])
+    assert means["max8"] == pytest.approx(sum(_pass(counts[f"max8-s{s}"], 8) for s in rf.SEEDS) / len(rf.SEEDS))
     # every arm against rloo at every k, against math.comb
     d = [_pass(counts[f"max8-s{s}"], 4) - _pass(counts[f"rloo-s{s}"], 4) for s in rf.SEEDS]
     assert r["changes"]["max8"]["pass@4"]["mean"] == pytest.approx(sum(d) / len(d), abs=1e-12)
