@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ordergrad_trl.tasks.data import (
     shared_data_dir,
 )
 from ordergrad_trl.tasks.sets import set_table
+from helpers import bounded
 
 DATA = shared_data_dir()
 
@@ -276,7 +276,7 @@ def test_hub_offline_real_error_is_clear():
         "    print('WRAPPED:', e)\n"
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = bounded.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "WRAPPED: could not load dataset 'custom' (ordergrad-test/does-not-exist" in out.stdout, out.stderr[-2000:]
     assert "Hub is unreachable" in out.stdout and ".jsonl" in out.stdout
 

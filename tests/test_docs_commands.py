@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.docs_commands import REPO, Command, commands_in, doc_files, documented_commands
+from helpers import bounded
 
 COMMANDS = documented_commands()
 # Relative paths in the docs are relative to the repo root; run from elsewhere they must be made absolute.
@@ -36,7 +37,7 @@ def absolute(argv) -> list[str]:
 def run(argv, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **OFFLINE, **(env or {})}
     full_env.pop("PYTHONPATH", None)  # the installed package, as users have it
-    proc = subprocess.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = bounded.run(argv, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{argv}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc
 
@@ -150,7 +151,7 @@ def check_vllm_serve(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
 
 def check_gpu_smoke(cmd: Command, tmp_path: Path, tiny_model_dir) -> None:
     """GPU-only: the script parses (tests/test_gpu_smoke.py runs it with stand-ins for each part)."""
-    subprocess.run(["bash", "-n", str(REPO / cmd.argv[1])], check=True)
+    bounded.run(["bash", "-n", str(REPO / cmd.argv[1])], check=True, timeout=60)
 
 
 def check_script(shrink: list[str], expect: str | None = None, timeout: int = 600):

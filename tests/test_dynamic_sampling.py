@@ -11,7 +11,6 @@ import json
 import logging
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 from ordergrad_trl.training.dynamic_sampling import DYNAMIC_SAMPLING, empty_groups
+from helpers import bounded
 
 WORKER = Path(__file__).resolve().parent / "helpers" / "dynamic_sampling_worker.py"
 
@@ -300,7 +300,7 @@ def test_two_processes_keep_the_oracles_groups(tiny_model_dir, tmp_path, mode):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [str(WORKER), str(tiny_model_dir), str(out), mode]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["log_history"] == ranks[1]["log_history"]

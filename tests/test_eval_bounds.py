@@ -23,6 +23,7 @@ import pytest
 from ordergrad_trl.evaluation.args import BOUNDS
 from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.tasks import math_verify_pool as pool
+from helpers import bounded
 
 MAX_WORKERS = pool.max_workers()
 
@@ -114,7 +115,7 @@ def test_a_bad_reward_variable_is_one_line_exit_2(tmp_path, data, capsys, monkey
 def test_a_bad_reward_variable_in_a_fresh_process_is_one_line_exit_2(tmp_path):
     """The pool module checks the variables when imported: that must not become a traceback either."""
     env = dict(os.environ, OMP_NUM_THREADS="1", ORDERGRAD_REWARD_WORKERS="10000")
-    proc = subprocess.run([sys.executable, "-m", "ordergrad_trl.evaluation.cli", "score", "--output_dir",
+    proc = bounded.run([sys.executable, "-m", "ordergrad_trl.evaluation.cli", "score", "--output_dir",
                            str(tmp_path)], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "ORDERGRAD_REWARD_WORKERS" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ EVAL_ENTRY = re.compile(r"^(ordergrad-eval (run|generate|score|report|compare)\b
 
 from helpers.docs_commands import commands_in, doc_files  # noqa: E402
 from test_eval_metrics import brute_maj  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 
 def documented() -> list:
@@ -167,7 +167,7 @@ def test_every_documented_eval_command_runs_outside_the_repo(doc, tmp_path):
             at = argv.index("--output_dir") + 1
             argv[at] = str(cwd / Path(argv[at]).name)
             argv, where = [sys.executable, *argv[1:]], REPO
-        proc = subprocess.run(argv, cwd=where, env={**env, **extra}, capture_output=True, text=True, timeout=600)
+        proc = bounded.run(argv, cwd=where, env={**env, **extra}, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{command}\n-> {argv}\n{proc.stderr[-3000:]}"
         if stage in ("run", "report"):
             out = argv[argv.index("--output_dir") + 1] if "--output_dir" in argv else "runs/yaml"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import huggingface_hub.constants
 import pytest
 
 from ordergrad_trl.evaluation.cli import command as main
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 REF = ["--backend", "reference", "--reward_workers", "1", "--plot", "false", "--disable_tqdm"]
@@ -149,9 +149,9 @@ def test_a_subprocess_error_is_one_line_with_exit_2(tmp_path):
     """The real command, as a user runs it: one line on stderr, status 2."""
     data = tmp_path / "data.jsonl"
     data.write_bytes(b"\xff\xfe\n")
-    proc = subprocess.run([sys.executable, "-m", "eval.run", "--backend", "reference", "--datasets", str(data),
+    proc = bounded.run([sys.executable, "-m", "eval.run", "--backend", "reference", "--datasets", str(data),
                            "--output_dir", str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+                       timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"eval.run: error: --datasets {data}:1: not UTF-8 (byte 0xff at column 1); save the file as UTF-8"]
 
@@ -255,8 +255,8 @@ def test_recipe_refuses_sample_counts_that_evaluate_nothing(flag, value):
 
 def test_recipe_bad_setting_is_one_line_with_exit_2(tmp_path):
     """As a user runs it (from outside the repository): the config's check, as one line, before any model loads."""
-    proc = subprocess.run([sys.executable, str(REPO / "recipes" / "math_cvar.py"), "--max_eval_samples", "-1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = bounded.run([sys.executable, str(REPO / "recipes" / "math_cvar.py"), "--max_eval_samples", "-1"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == \
         "math_cvar.py: error: max_eval_samples must be >= 0 (0 skips evaluation), got -1"

@@ -9,12 +9,12 @@ import ast
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 LIBRARY = REPO / "ordergrad_trl" / "evaluation"
@@ -81,12 +81,12 @@ def test_pyproject_installs_the_library_and_the_console_script_only():
 
 def test_import_eval_fails_outside_the_checkout(tmp_path):
     probe = "import importlib.util; s = importlib.util.find_spec('eval'); print(s.origin if s else '')"
-    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                           check=True).stdout.strip()
+    found = bounded.run([sys.executable, "-c", probe], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                        check=True, timeout=120).stdout.strip()
     if found and not Path(found).resolve().is_relative_to(REPO):
         pytest.skip(f"another checkout's older install provides `eval` ({found}); reinstall with pip install -e .")
-    proc = subprocess.run([sys.executable, "-c", "import eval"], cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True)
+    proc = bounded.run([sys.executable, "-c", "import eval"], cwd=tmp_path, env=_env(), capture_output=True,
+                       text=True, timeout=120)
     assert proc.returncode == 1 and "No module named 'eval'" in proc.stderr
 
 
@@ -96,11 +96,11 @@ def test_console_script_anywhere_equals_python_m_eval_run_in_the_checkout(tmp_pa
     elsewhere.mkdir()
     args = ["--backend", "reference", "--datasets", "arithmetic", "digits", "--limit", "3", "--num_samples", "4",
             "--ks", "1", "2", "4", "--objectives", "TopM:2@4", "--bootstrap_samples", "50", "--plot", "false"]
-    a = subprocess.run([script, "run", *args, "--output_dir", "runs/a"], cwd=elsewhere, env=_env(),
-                       capture_output=True, text=True, timeout=300)
+    a = bounded.run([script, "run", *args, "--output_dir", "runs/a"], cwd=elsewhere, env=_env(),
+                    capture_output=True, text=True, timeout=300)
     assert a.returncode == 0, a.stderr[-3000:]
-    b = subprocess.run([sys.executable, "-m", "eval.run", *args, "--output_dir", str(tmp_path / "b")], cwd=REPO,
-                       env=_env(), capture_output=True, text=True, timeout=300)
+    b = bounded.run([sys.executable, "-m", "eval.run", *args, "--output_dir", str(tmp_path / "b")], cwd=REPO,
+                    env=_env(), capture_output=True, text=True, timeout=300)
     assert b.returncode == 0, b.stderr[-3000:]
     ra = json.loads((elsewhere / "runs" / "a" / "report.json").read_text())
     rb = json.loads((tmp_path / "b" / "report.json").read_text())
@@ -111,7 +111,7 @@ def test_console_script_anywhere_equals_python_m_eval_run_in_the_checkout(tmp_pa
 
 def test_console_script_help_lists_the_stages():
     script = console_script()
-    proc = subprocess.run([script, "--help"], env=_env(), capture_output=True, text=True, timeout=120)
+    proc = bounded.run([script, "--help"], env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and all(s in proc.stdout for s in ("run", "generate", "score", "report"))
-    proc = subprocess.run([script, "score", "--help"], env=_env(), capture_output=True, text=True, timeout=120)
+    proc = bounded.run([script, "score", "--help"], env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--reward_timeout_s" in proc.stdout

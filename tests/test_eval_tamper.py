@@ -28,6 +28,7 @@ from ordergrad_trl.evaluation.cli import command as main
 from ordergrad_trl.evaluation.errors import UsageError
 from ordergrad_trl.evaluation.lock import acquire, lock_path, writer_lock
 from ordergrad_trl.evaluation.provenance import read_provenance, write_provenance
+from helpers import bounded
 
 FLAGS = ["--reward_workers", "1", "--bootstrap_samples", "20", "--plot", "false", "--disable_tqdm"]
 ROW_FILES = ("problems.jsonl", "generations.jsonl", "scores.jsonl")
@@ -315,8 +316,8 @@ def test_overwrite_locks_the_new_run_directory_before_writing_it(run, monkeypatc
     real = plan.write_provenance
 
     def spy(out, provenance):
-        states.append(subprocess.run([sys.executable, "-c", TRY_DIR_LOCK, str(out)], capture_output=True,
-                                     text=True, check=True).stdout.strip())
+        states.append(bounded.run([sys.executable, "-c", TRY_DIR_LOCK, str(out)], capture_output=True,
+                                  text=True, check=True, timeout=120).stdout.strip())
         real(out, provenance)
 
     monkeypatch.setattr(plan, "write_provenance", spy)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import bounded
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_smoke.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -30,7 +30,7 @@ exit ${STUB_ACCELERATE_EXIT:-0}
 
 
 def test_syntax():
-    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    bounded.run(["bash", "-n", str(SCRIPT)], check=True, timeout=60)
 
 
 def _run(tmp_path, **env):
@@ -41,7 +41,7 @@ def _run(tmp_path, **env):
         (stubs / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}", **env)
     out = tmp_path / "out"
-    return subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=60)
+    return bounded.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_one_pass_line_per_part(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "grad_norms.py"
 from helpers.docs_commands import documented_commands  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 
 def documented() -> list:
@@ -58,7 +58,7 @@ def test_documented_command_runs_with_sizes_shrunk(tiny_model_dir, tmp_path):
            "--model_name_or_path", str(tiny_model_dir), "--max_steps", "2", "--max_completion_length", "12",
            "--max_eval_samples", "1", "--num_generations_eval", "3"]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    result = bounded.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["steps"] == 2 and record["max_completion_length"] == 12

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from ordergrad_trl.training import run_identity
 from ordergrad_trl.training.checkpoint_checks import CheckpointError, check_checkpoint
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "math_cvar.py"
@@ -166,7 +166,7 @@ def test_a_full_disk_while_saving_is_one_line_and_exit_1(tmp_path, tiny_model_di
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     out = tmp_path / "out"
-    proc = subprocess.run(
+    proc = bounded.run(
         [sys.executable, str(RECIPE), "--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(data),
          "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "4",
          "--max_completion_length", "4", "--ordergrad_k", "2", "--max_eval_samples", "0", "--use_cpu", "true",

@@ -4,11 +4,11 @@ one-line module summaries and files readable in one sitting."""
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "ordergrad_trl"
@@ -86,7 +86,7 @@ def test_core_imports_without_trl():
         "heavy = [m for m in ('trl', 'transformers', 'datasets', 'accelerate') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO.parent)
+    bounded.run([sys.executable, "-c", code], check=True, cwd=REPO.parent, timeout=300)
 
 
 def test_public_imports_unchanged():
@@ -109,7 +109,7 @@ def test_unknown_submodule_still_fails():
 
 def test_no_file_is_copied_from_another_project():
     """Third-party code (e.g. TRL's tests) is read from its own checkout, never copied in (benchmarks/trl_suite)."""
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
+    tracked = bounded.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, timeout=60)
     if tracked.returncode:
         pytest.skip("not a git checkout")
     marks = ("HuggingFace" + " Team", "Licensed under the" + " Apache License")  # split: not a match themselves
@@ -183,3 +183,22 @@ def test_every_declared_pytest_marker_marks_a_test():
     sources = "\n".join(p.read_text() for p in _own_python_files(["tests"]))
     unused = [m for m in (d.split(":")[0] for d in declared) if f"pytest.mark.{m}" not in sources]
     assert not unused, f"markers declared in pyproject.toml that no test uses: {unused}"
+
+
+def test_tests_start_commands_through_the_bounded_runner():
+    """A test runs a command with `helpers.bounded.run` (its whole process tree ends with the call, a timeout
+    required), never with `subprocess.run`/`call`/`check_*`, whose timeout leaves a launcher's workers running."""
+    unbounded = {"run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+    found = []
+    for path in _own_python_files(["tests"]):
+        if path.name in ("bounded.py", "test_bounded.py"):  # the helper, and its test against subprocess.run
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = getattr(node, "func", None)
+            named = isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "subprocess"
+            if named and func.attr in unbounded:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} subprocess.{func.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module == "subprocess":
+                found += [f"{path.relative_to(REPO)}:{node.lineno} from subprocess import {a.name}"
+                          for a in node.names if a.name in unbounded]
+    assert not found, f"use helpers.bounded.run instead: {found}"

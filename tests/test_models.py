@@ -21,6 +21,7 @@ from ordergrad_trl.tasks.models import (
     hub_reachable,
     resolve_default_model,
 )
+from helpers import bounded
 
 needs_offline_model = pytest.mark.skipif(
     find_offline_gguf() is None or importlib.util.find_spec("gguf") is None,
@@ -216,13 +217,12 @@ state.destroy_process_group()
 def test_two_processes_resolve_the_same_model(tmp_path):
     import os
     import re
-    import subprocess
 
     script = tmp_path / "resolve.py"
     script.write_text(_TWO_PROCESS_SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    result = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = sorted(re.findall(r"rank \d: \S+?(?=rank \d:|\s|$)", result.stdout))
     assert lines == ["rank 0: /offline/SmolLM2-135M-Instruct", "rank 1: /offline/SmolLM2-135M-Instruct"], result.stdout

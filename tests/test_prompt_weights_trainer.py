@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +18,7 @@ from transformers import AutoModelForCausalLM
 from helpers.prompt_weight_oracle import oracle_weights
 from test_trainer import WORKER, _h, brute_force_advantages, combine
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
+from helpers import bounded
 
 G, WEIGHTS = 6, [0.2, 0.3, 0.5]
 
@@ -150,7 +150,7 @@ def test_two_processes_hold_the_same_window(tiny_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [str(WORKER), str(tiny_model_dir), str(out), "curverl"]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     check_curverl_ranks(ranks)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,8 +24,8 @@ def test_readme_usage_example_trains_on_cpu_as_written(tmp_path, tiny_model_dir)
     script = example.replace('model="Qwen/Qwen2.5-0.5B-Instruct"', f"model={str(tiny_model_dir)!r}")
     script += "\nprint('trained steps:', trainer.state.global_step)\n"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = bounded.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = int(re.search(r"trained steps: (\d+)", proc.stdout).group(1))
     assert steps > 0 and (tmp_path / "qwen-maxk").is_dir()

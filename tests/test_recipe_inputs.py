@@ -6,12 +6,12 @@ exit status 2 and ONE line on stderr naming the field or path (no traceback), be
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "math_cvar.py"
@@ -75,8 +75,8 @@ def runs(tmp_path_factory):
 
     def run(argv):
         argv = [a.replace("{tmp}", str(tmp)) for a in argv]
-        return subprocess.run([sys.executable, str(RECIPE), *argv], cwd=tmp, env=env, capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
+        return bounded.run([sys.executable, str(RECIPE), *argv], cwd=tmp, env=env, capture_output=True, text=True,
+                           timeout=600)  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
         results = dict(zip([c[0] for c in CASES], pool.map(run, [c[1] for c in CASES])))

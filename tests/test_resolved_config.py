@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from datasets import Dataset
 from ordergrad_trl.training.resolved_config import (
     RESOLVED_CONFIG, SaveResolvedConfig, describe_plan, describe_settings, plan_dict, resolved_config,
 )  # fmt: skip
+from helpers import bounded
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,9 +83,9 @@ def test_the_recipe_prints_the_given_settings_and_saves_them(tiny_model_dir, tmp
             "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--max_eval_samples", "0",
             "--save_strategy", "steps", "--save_steps", "1", "--output_dir", str(out),
             "--reward_funcs", "math", "length", "--reward_weights", "1.0", "0.1"]  # fmt: skip
-    proc = subprocess.run([sys.executable, str(REPO / "recipes" / "math_cvar.py"), *argv], cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}, capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
+    proc = bounded.run([sys.executable, str(REPO / "recipes" / "math_cvar.py"), *argv], cwd=tmp_path,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}, capture_output=True,
+                       text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "  learning_rate = 2e-05  (config)" in proc.stdout  # from the default quickstart YAML
     assert "  max_steps = 2  (command line)" in proc.stdout  # the flag beats the YAML's 10

@@ -20,6 +20,7 @@ from math_verify import parse, verify
 from ordergrad_trl.tasks import math_verify_pool as pool
 from ordergrad_trl.tasks.rewards import math_reward, score_completions
 from ordergrad_trl.tasks.sets import gsm8k_gold
+from helpers import bounded
 
 DATA = Path(os.environ.get("ORDERGRAD_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 WORKERS = 2  # every test uses the same pool size so the pool is built once
@@ -214,7 +215,7 @@ def test_malformed_environment_fails_at_import_naming_the_variable(variable, val
     """Before any training step: importing the reward module (as a recipe does at startup) raises."""
     env = dict(os.environ, **{variable: value})
     code = "import ordergrad_trl.tasks.rewards"
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    result = bounded.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and f"{variable} must be" in result.stderr and repr(value) in result.stderr
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ if importlib.util.find_spec("deepspeed") is None:
                 "docs/multi-gpu.md)", allow_module_level=True)
 
 from test_trainer import WORKER, check_two_ranks  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,7 @@ def launch(config: str, model_dir: Path, out: Path, *extra: str, mode: str = "sh
                **env_extra)  # fmt: skip
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=out.parent)
+    proc = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=out.parent)
     if not ok:
         assert proc.returncode != 0
         return proc.stdout + proc.stderr
@@ -121,7 +121,7 @@ def test_the_recipe_under_zero(tiny_model_dir, tmp_path, stage):
            "--max_eval_samples", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
            "--max_completion_length", "8", "--output_dir", str(out)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", DS_ACCELERATOR="cpu")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    proc = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     assert "before ->" in proc.stdout and f"Model saved to {out}" in proc.stdout, proc.stdout[-3000:]
     state = json.loads((out / "trainer_state.json").read_text())
@@ -177,7 +177,7 @@ def test_the_recipe_under_zero_with_vllm_colocate(tmp_path, stage):
            "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--max_eval_samples", "2",
            "--num_generations_eval", "2", "--output_dir", str(out)]  # fmt: skip
     env = vllm_env(PYTHONPATH=str(sitecustomize(tmp_path / "shim")), DS_ACCELERATOR="cpu")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    proc = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     assert f"Model saved to {out}" in proc.stdout, proc.stdout[-3000:]
     assert "Traceback" not in proc.stderr and "Invalid process group" not in proc.stderr, proc.stderr[-4000:]

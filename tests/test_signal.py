@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import subprocess
 import sys
 
 import pytest
@@ -22,6 +21,7 @@ from ordergrad_trl.core.signal import crossover_p, gradient_table, group_signal,
 from ordergrad_trl.evaluation.args import PathArgs, ScoreArgs
 from ordergrad_trl.evaluation.score import score
 from ordergrad_trl.evaluation.signal_plan import PlanArgs, plan_signal
+from helpers import bounded
 
 SIZES = (4, 8, 16, 32)
 RATES = (0.05, 0.3, 0.8)
@@ -206,8 +206,8 @@ def test_plan_defaults_fit_n_and_rates_file_forms(tmp_path):
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "ordergrad_trl.evaluation.cli", "plan", *args], capture_output=True,
-                          text=True, cwd=cwd, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return bounded.run([sys.executable, "-m", "ordergrad_trl.evaluation.cli", "plan", *args], capture_output=True,
+                       text=True, cwd=cwd, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=300)  # fmt: skip
 
 
 @pytest.mark.parametrize("content,args,flag", [
@@ -261,8 +261,8 @@ def test_every_documented_plan_command_runs_as_written(toy_run, tmp_path):
         argv = list(command.argv[2:])
         if "--from" in argv and "--prompts_per_step" in argv:  # the toy run has 4 problems
             argv[argv.index("--prompts_per_step") + 1] = "2"
-        done = subprocess.run([exe, "plan", *argv], capture_output=True, text=True, cwd=tmp_path,
-                              env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+        done = bounded.run([exe, "plan", *argv], capture_output=True, text=True, cwd=tmp_path,
+                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, timeout=300)  # fmt: skip
         assert done.returncode == 0, (command.text, done.stderr[-2000:])
         assert "share with a gradient" in done.stdout
         if "--output_dir" in argv:

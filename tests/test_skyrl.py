@@ -16,7 +16,6 @@ import math
 import os
 import random
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import bounded  # noqa: E402
 from helpers.docs_commands import REPO, Command, commands_in  # noqa: E402
 from helpers.estimator_cases import CASES  # noqa: E402
 from helpers.optional import installed  # noqa: E402
@@ -268,9 +268,9 @@ def test_maxrl_ours_and_skyrls_have_the_exact_expected_gradient(skyrl):
 # ------------------------------------------------------------------------------------------ processes
 
 
-def _python(code: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=ENV, cwd=REPO.parent, text=True,
-                          capture_output=True, timeout=timeout)  # fmt: skip
+def _python(code: str, timeout: int = 600):
+    return bounded.run([sys.executable, "-c", textwrap.dedent(code)], env=ENV, cwd=REPO.parent, text=True,
+                       capture_output=True, timeout=timeout)  # fmt: skip
 
 
 def test_a_ray_worker_gets_the_estimator_from_skyrls_registry_actor():
@@ -355,8 +355,8 @@ def test_documented_command_runs_until_skyrl_needs_a_gpu(entry, tmp_path, tiny_m
     cmd, tiny = _of(entry)[0], _tiny_inputs(tmp_path, tiny_model_dir)
     replaced = tuple(arg.split("=")[0] + "=" for arg in tiny)
     argv = [sys.executable, *cmd.argv[1:3], *(a for a in cmd.argv[3:] if not a.startswith(replaced)), *tiny]
-    proc = subprocess.run(argv, env={**ENV, "SKYRL_RAY_PG_TIMEOUT_IN_S": "5"}, cwd=tmp_path, text=True,
-                          capture_output=True, timeout=900)  # fmt: skip
+    proc = bounded.run(argv, env={**ENV, "SKYRL_RAY_PG_TIMEOUT_IN_S": "5"}, cwd=tmp_path, text=True,
+                       capture_output=True, timeout=900)  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
     assert "Started a local Ray instance" in out, out[-4000:]

@@ -16,7 +16,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +27,7 @@ from datasets import Dataset
 from helpers.estimator_cases import TRAINER_OBJECTIVE, TRAINER_WEIGHTS
 from helpers.oracle import brute_advantage, brute_value
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
+from helpers import bounded
 
 G, K = 6, 4
 WEIGHTS = TRAINER_WEIGHTS  # ascending and asymmetric, so a reversed or shuffled order cannot pass
@@ -219,7 +219,7 @@ def test_two_processes_each_rank_gets_its_slice(tiny_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [str(WORKER), str(tiny_model_dir), str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    proc = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

@@ -21,6 +21,7 @@ from datasets import Dataset
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 from ordergrad_trl.training import trainer as trainer_module
 from ordergrad_trl.training.passk import group_passk
+from helpers import bounded
 
 G = 4
 
@@ -218,7 +219,6 @@ def test_two_processes_log_the_same_brute_force_values(tiny_model_dir, tmp_path)
     straddle the ranks. Every rank logs the brute force of the gathered rewards recorded by both ranks."""
     import json
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -229,7 +229,7 @@ def test_two_processes_log_the_same_brute_force_values(tiny_model_dir, tmp_path)
     worker = Path(__file__).resolve().parent / "helpers" / "dist_worker.py"
     cmd += [str(worker), str(tiny_model_dir), str(out), "binary"]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run(cmd, env=env, check=False, capture_output=True, text=True, timeout=300)
+    proc = bounded.run(cmd, env=env, check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     group_size, weights = ranks[0]["config"]["num_generations"], ranks[0]["config"]["reward_weights"]

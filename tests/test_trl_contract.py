@@ -32,6 +32,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from ordergrad_trl import OrderGradConfig, OrderGradTrainer
 from ordergrad_trl.training.trl_private import SEAMS, TESTED_TRL_VERSIONS, check_seams, seam_problem
+from helpers import bounded
 
 G = 4
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -226,7 +227,6 @@ def test_a_broken_seam_fails_the_check_naming_it(seam, monkeypatch):
 def test_renamed_private_method_fails_the_import_naming_it(tmp_path):
     """As if TRL renamed `_generate_and_score_completions`: importing the trainer fails, naming it, and no GRPO
     training can start (a fresh interpreter, so the real import path runs)."""
-    import subprocess
     import sys
 
     code = (
@@ -235,8 +235,8 @@ def test_renamed_private_method_fails_the_import_naming_it(tmp_path):
         "del GRPOTrainer._generate_and_score_completions\n"
         "from ordergrad_trl import OrderGradTrainer\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    proc = bounded.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:") and "trl.GRPOTrainer._generate_and_score_completions:" in last, last

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 from helpers.docs_commands import documented_commands  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 SUBSET = (
     "test_compute_entropy_mask_0 or test_init_minimal or test_train_multiple_reward_funcs_with_weights "
@@ -54,7 +54,7 @@ def test_trl_suite_subset_against_stock_grpo(tmp_path):
     # run from another directory (the script finds its files relative to itself), only the selection added
     argv = [sys.executable, str(REPO / argv[1]), *argv[2:], "-k", SUBSET, "--output", str(tmp_path / "out")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    result = bounded.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
 
     classes = json.loads((tmp_path / "out" / "summary.json").read_text())

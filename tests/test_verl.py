@@ -36,6 +36,7 @@ from ordergrad_trl.core.estimators import ESTIMATORS  # noqa: E402
 from ordergrad_trl.core.plan import DEFAULT_OBJECTIVE, build_plan  # noqa: E402
 
 from helpers.plan_cases import BAD_SETTINGS, ENGINE_KEY, case_id, expected_message, trl_path  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -99,8 +100,8 @@ def algorithm_config(objective, k: int):
 
 
 def _python(code: str, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**ENV, **env}, cwd=REPO.parent,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return bounded.run([sys.executable, "-c", textwrap.dedent(code)], env={**ENV, **env}, cwd=REPO.parent,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
 def test_entry_point_registers_in_a_fresh_interpreter():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from helpers.docs_commands import REPO, Command, commands_in
 from helpers.optional import installed
+from helpers import bounded
 
 DOC = "docs/verl.md"
 MAIN, PREPARE, LAUNCH = "python -m verl.trainer.main_ppo", "python recipes/verl/prepare_math.py", "bash recipes/verl/"
@@ -115,7 +115,7 @@ def test_override_syntax_composes_and_drives_the_estimator():
 )
 def test_bad_settings_stop_verl_main_before_ray_starts(override, message):
     argv = [sys.executable, *_of(MAIN)[0].argv[1:], override]
-    proc = subprocess.run(argv, cwd=REPO.parent, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = bounded.run(argv, cwd=REPO.parent, env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr[-3000:]
     assert "ray init kwargs" not in proc.stdout  # run_ppo prints it just before ray.init
@@ -157,7 +157,7 @@ def _launch_overrides(tmp_path: Path, *extra: str) -> list[str]:
     stub.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {tmp_path / "argv.txt"}\n')
     stub.chmod(0o755)
     env = {**ENV, "PATH": f"{stub.parent}:{os.environ['PATH']}", "DATA_DIR": str(tmp_path / "data")}
-    subprocess.run([launch.argv[0], str(REPO / launch.argv[1]), *extra], env=env, check=True, timeout=60)
+    bounded.run([launch.argv[0], str(REPO / launch.argv[1]), *extra], env=env, check=True, timeout=60)
     argv = (tmp_path / "argv.txt").read_text().splitlines()
     assert argv[:2] == ["-m", "verl.trainer.main_ppo"], argv
     return argv[2:]
@@ -202,8 +202,8 @@ def test_prepare_math_writes_rows_verl_reads_and_scores(tmp_path, tiny_tokenizer
 
     (prepare,) = _of(PREPARE)
     offline = ["--train_set", "math500", "--local", "--out_dir", str(tmp_path / "data")]  # the Hub is unreachable
-    subprocess.run([sys.executable, str(REPO / prepare.argv[1]), *prepare.argv[2:], *offline], env=ENV, check=True,
-                   cwd=tmp_path, timeout=300)  # fmt: skip
+    bounded.run([sys.executable, str(REPO / prepare.argv[1]), *prepare.argv[2:], *offline], env=ENV, check=True,
+                cwd=tmp_path, timeout=300)  # fmt: skip
     test = pd.read_parquet(tmp_path / "data" / "test.parquet")
     assert len(test) == 500 and len(pd.read_parquet(tmp_path / "data" / "train.parquet")) == 500
     assert set(test.columns) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}

@@ -15,7 +15,6 @@ process (tests/helpers/vllm_worker.py); every check is against an oracle compute
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ if VLLM_MISSING:
 import torch  # noqa: E402
 
 from test_trainer import G, REWARD_WEIGHTS, WEIGHTS, brute_force_advantages, check_loss_rows, combine  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 BF16_EPS = 2.0**-8  # bfloat16's relative rounding step (8 significant bits)
@@ -41,7 +41,7 @@ def vllm_model_dir(tmp_path_factory):
 def train_through_vllm(kind: str, model_dir: Path, tmp_path: Path) -> dict:
     out = tmp_path / f"{kind}.pt"
     cmd = [sys.executable, str(TESTS / "helpers" / "vllm_worker.py"), kind, str(model_dir), str(out)]
-    proc = subprocess.run(cmd, env=vllm_env(), capture_output=True, text=True, timeout=900)
+    proc = bounded.run(cmd, env=vllm_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     result = torch.load(out, weights_only=False)
     print(f"{kind} via vLLM colocate: setup {result['setup_s']:.1f} s, 2 steps {result['train_s']:.1f} s")

@@ -25,6 +25,7 @@ if VLLM_MISSING:
 import torch  # noqa: E402
 
 from ordergrad_trl.evaluation import records  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = str(Path(sys.executable).parent / "ordergrad-eval")
@@ -43,7 +44,7 @@ def vllm_model_dir(tmp_path_factory):
 
 
 def run(argv, cwd: Path, timeout=900, **env) -> subprocess.CompletedProcess:
-    proc = subprocess.run(argv, cwd=cwd, env=vllm_env(**env), capture_output=True, text=True, timeout=timeout)
+    proc = bounded.run(argv, cwd=cwd, env=vllm_env(**env), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{argv}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
 

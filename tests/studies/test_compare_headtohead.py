@@ -7,7 +7,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "studies"))
 
 import compare_headtohead as h2h  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 10
@@ -136,7 +136,7 @@ def test_driver_summarizes_the_head_to_head_folder(tmp_path):
     _write(assets, [25], torch.Generator().manual_seed(4))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, str(REPO / "studies" / "compare_objectives.py"), "--summarize", "--assets_dir", str(assets)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    result = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "**Pre-registered head-to-head**" in result.stdout and "2 of 30 units in" in result.stdout
 

@@ -4,7 +4,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ sys.path.insert(0, str(REPO / "studies"))
 
 import compare_summary  # noqa: E402
 from helpers.docs_commands import documented_commands  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 
 # Arms as the recipe passes them (K=5 for best-of-K so that small groups cover it), with their rank weights in
@@ -121,7 +121,7 @@ def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
            "max8cv", "--seeds", "0", "--model_name_or_path", str(tiny_model_dir), "--threads", "1",
            "--assets_dir", str(assets), "--work_dir", str(work)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    result = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     units = {p.stem: json.loads(p.read_text()) for p in assets.glob("*.json")}
     assert set(units) == {"base", "max8-s0", "maxrl-s0", "max8cv-s0"}  # maxrl: the estimator arm (issue 29)
@@ -148,16 +148,16 @@ def test_comparison_smoke_end_to_end_and_resume(tiny_model_dir, tmp_path):
     assert set(summary["group_weights"]["arms"]) == {"max8", "maxrl", "max8cv"}  # each arm's recipe flags
     assert (tmp_path / "cmp.md").exists()
     # resume: nothing left to run, so a rerun only summarizes; a later --summarize reads the defined arm's flags back
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    again = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert again.returncode == 0 and "4 of 4 units done; running []" in again.stdout
     (tmp_path / "cmp.json").unlink()
-    summarized = subprocess.run([*cmd[:2], "--summarize", "--assets_dir", str(assets)], env=env, capture_output=True,
-                                text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    summarized = bounded.run([*cmd[:2], "--summarize", "--assets_dir", str(assets)], env=env, capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)  # fmt: skip
     assert summarized.returncode == 0, summarized.stderr[-3000:]
     assert "max8cv" in json.loads((tmp_path / "cmp.json").read_text())["group_weights"]["arms"]
     # a unit interrupted after training (its JSON absent, its model saved) resumes at the evaluation
     (assets / "max8-s0.json").unlink()
-    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    third = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert "[max8-s0] reusing the trained model" in third.stdout
     resumed = json.loads((assets / "max8-s0.json").read_text())
@@ -335,8 +335,8 @@ def test_a_finished_run_of_some_arms_leaves_the_published_summary_as_it_is(tmp_p
         (assets / unit.name).write_bytes(unit.read_bytes())
     cmd = [sys.executable, str(REPO / "studies" / "compare_objectives.py"), *ten_seed.split(),
            "--assets_dir", str(assets)]  # fmt: skip
-    result = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path)  # fmt: skip
+    result = bounded.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0 and "running []" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
     from test_published_results import _same  # floats to 1e-12: a reduction's last bit differs between CPUs
 

@@ -5,7 +5,6 @@ missing seeds, ceiling seeds, the reproduction check and the exploratory pooled 
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "studies"))
 
 import compare_replication  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 12
@@ -144,11 +144,11 @@ def test_cli_summarizes_the_replication_folder_and_refuses_a_stale_unit(tmp_path
     cmd = [sys.executable, str(REPO / "studies" / "compare_objectives.py"), "--summarize", "--assets_dir", str(assets),
            "--ten_seed_dir", str(ten)]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    result = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "2 of 30 units in" in (tmp_path / "compare_objectives_replication.md").read_text()
     (assets / "rloo-s11.json").write_text(json.dumps({**_unit("rloo-s11", [1] * P), "config": {"max_steps": 20}}))
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    result = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 2 and "rloo-s11" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO / "studies"))
 
 import compare_summary  # noqa: E402
 from unit_records import load_units  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 DRIVER = REPO / "studies" / "compare_objectives.py"
 
@@ -79,8 +80,8 @@ def _driver(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
     """The driver as a user runs it; a model that does not exist, so that a unit it should not have started fails
     in seconds instead of training."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(DRIVER), *argv, "--model_name_or_path", str(tmp_path / "no-model")],
-                          env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    return bounded.run([sys.executable, str(DRIVER), *argv, "--model_name_or_path", str(tmp_path / "no-model")],
+                       env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
 
 
 def test_the_driver_refuses_a_malformed_record_in_one_line(tmp_path):

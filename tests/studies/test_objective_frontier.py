@@ -5,7 +5,6 @@ directory; and the committed report rebuilt from the committed units."""
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "studies"))
 
 import objective_frontier  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 9
@@ -161,13 +161,13 @@ def test_cli_from_another_directory_writes_the_three_files(assets, tmp_path_fact
     elsewhere = tmp_path_factory.mktemp("cwd")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, str(REPO / "studies" / "objective_frontier.py"), "--assets_dir", str(path)]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=elsewhere)
+    result = bounded.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=elsewhere)
     assert result.returncode == 0, result.stderr
     assert json.loads((path / "objective_frontier.json").read_text())["units"] == 21
     assert (path / "objective_frontier.md").read_text().startswith("# The pass@k frontier")
     empty = tmp_path_factory.mktemp("empty")
-    result = subprocess.run([*cmd[:2], "--assets_dir", str(empty)], env=env, capture_output=True, text=True,
-                            timeout=600, cwd=elsewhere)  # fmt: skip
+    result = bounded.run([*cmd[:2], "--assets_dir", str(empty)], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=elsewhere)  # fmt: skip
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no units" in result.stderr
 
 

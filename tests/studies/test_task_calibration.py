@@ -4,7 +4,6 @@ refusal of any unit not evaluated on the validation split."""
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ sys.path.insert(0, str(REPO / "studies"))
 
 import task_calibration as cal  # noqa: E402
 from helpers.committed_numbers import same_numbers  # noqa: E402
+from helpers import bounded  # noqa: E402
 
 scipy_stats = pytest.importorskip("scipy.stats", reason="scipy (the dev extra) is the independent oracle")
 N, P = 16, 40
@@ -84,7 +84,7 @@ def test_units_evaluated_on_test_are_refused(tmp_path):
     _write(tmp_path, {"base": [1] * P}, split="test")
     with pytest.raises(ValueError, match="evaluated on \\('digits20', 'test'\\), not \\('digits20', 'validation'\\)"):
         cal.calibrate(tmp_path)
-    out = subprocess.run([sys.executable, str(REPO / "studies" / "task_calibration.py"), "--units_dir", str(tmp_path),
+    out = bounded.run([sys.executable, str(REPO / "studies" / "task_calibration.py"), "--units_dir", str(tmp_path),
                           "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "validation units only" in out.stderr
 
