@@ -32,8 +32,12 @@ def run(args, *, timeout: float, input=None, capture_output: bool = False, check
         **kwargs) -> subprocess.CompletedProcess:
     """As `subprocess.run(args, timeout=timeout, ...)`, but the child and all it started end with the call."""
     if input is not None:
+        if "stdin" in kwargs:
+            raise ValueError("stdin and input arguments may not both be used.")
         kwargs["stdin"] = subprocess.PIPE
     if capture_output:
+        if "stdout" in kwargs or "stderr" in kwargs:
+            raise ValueError("stdout and stderr arguments may not be used with capture_output.")
         kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
     with subprocess.Popen(args, start_new_session=True, **kwargs) as proc:
         try:
