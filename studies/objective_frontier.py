@@ -11,8 +11,10 @@ A unit's value at k is the mean over its held-out problems of the U-statistics 1
 C(c,k)/C(n,k) (pass^k) of a problem's c correct of n samples (`compare_summary.curves`).
 
 Panels. Each task is its own frontier (`PANELS`): `digits` from the first comparisons, `digits20` from the
-pre-registered crossover, whose panel is written only once every unit of that study is in (nothing of it is read
-before, docs/results.md). A panel's differences subtract its reference arm (RLOO on `digits`, Max@2 on `digits20`).
+pre-registered crossover and refill studies. A pre-registered study's units join its panel only once every unit of
+that study is in (nothing of it is read before, docs/results.md; `panel_sources`). A panel's differences subtract its
+reference arm, the first of `REFERENCE_ORDER` it has: RLOO on `digits`; on `digits20`, Max@2 while the crossover is
+its only study, RLOO once the refill study (which has an RLOO arm) joins.
 
 Pooling. A *set* is one arm's units run at one commit (each unit records the commit it ran at): a curve pools the
 seeds of one set and nothing else. Units without a recorded commit (seeds 0-2) are listed and left out. Two sets of
@@ -32,14 +34,15 @@ import torch
 from compare_replication import replace_whole, write_report  # studies/, beside this file
 from compare_seed_level import METRICS, seed_span, stable
 from compare_summary import check_counts, curves, load_units
-from unit_records import read_unit, rerun_result
+from unit_records import design_status, read_failures, read_unit, rerun_result
 from frontier_plot import plot
 from ordergrad_trl.core.stats import seed_t_test
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 SOURCES = ("compare_objectives", "compare_objectives_replication", "compare_objectives_headtohead")
-CROSSOVER = "compare_crossover"  # digits20's units: a pre-registered study, shown only once complete
-PANELS = {"digits": SOURCES, "digits20": (CROSSOVER,)}  # task -> the unit folders of its frontier
+CROSSOVER, REFILL = "compare_crossover", "compare_refill"  # digits20's units: pre-registered studies
+PREREGISTERED = {CROSSOVER: "compare_crossover", REFILL: "compare_refill"}  # folder -> its report (ARMS, SEEDS)
+PANELS = {"digits": SOURCES, "digits20": (CROSSOVER, REFILL)}  # task -> the unit folders of its frontier
 REPROS = {"compare_objectives_repro": "compare_objectives",  # rerun folder -> the folder of the units it reran
           "compare_objectives_replication_repro": "compare_objectives_replication",
           "compare_objectives_headtohead_repro": "compare_objectives_replication"}  # fmt: skip
@@ -301,15 +304,24 @@ def output_name(task: str, stem: str = "objective_frontier") -> str:
     return stem if task == "digits" else f"{stem}_{task}"
 
 
-def withheld(assets: Path, task: str) -> str | None:
-    """Why a panel is not built yet (None: build it): a pre-registered study's panel waits for all of its units."""
-    if PANELS[task] != (CROSSOVER,):
-        return None
-    from compare_crossover import crossover  # studies/, beside this file
+def panel_sources(assets: Path, task: str) -> tuple[tuple[str, ...], list[str]]:
+    """The unit folders a panel reads now, and a line for each pre-registered study left out: its units join only
+    once all are in (every seed done, or missing by the failure rule; the study's own bookkeeping)."""
+    import importlib
 
-    units = (r := crossover(assets / CROSSOVER))["units"]
-    return None if r["complete"] else (f"the {task} panel is withheld until the pre-registered crossover is complete "
-                                       f"({units['present']} of {units['expected']} units in; docs/results.md)")
+    ready, left_out = [], []
+    for source in PANELS[task]:
+        if source in PREREGISTERED:
+            study = importlib.import_module(PREREGISTERED[source])  # studies/, beside this file
+            units = load_units(assets / source) if (assets / source).is_dir() else {}
+            status = design_status(units, study.ARMS, study.SEEDS, read_failures(assets / f"{source}_failures.json"))
+            if not status["complete"]:
+                counts = status["units"]
+                left_out.append(f"the {task} panel leaves out {source}/ until that pre-registered study is complete "
+                                f"({counts['present']} of {counts['expected']} units in; docs/results.md)")
+                continue
+        ready.append(source)
+    return tuple(ready), left_out
 
 
 def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
@@ -318,9 +330,11 @@ def write(assets: Path = ASSETS, out: Path | None = None) -> dict[str, dict]:
     out = out or assets / "objective_frontier"
     out.parent.mkdir(parents=True, exist_ok=True)
     reports = {}
-    for task, sources in PANELS.items():
-        if why := withheld(assets, task):
-            print(why)
+    for task in PANELS:
+        sources, left_out = panel_sources(assets, task)
+        for line in left_out:
+            print(line)
+        if not sources:
             continue
         r = reports[task] = frontier(assets, sources, task)
         path = out.with_name(output_name(task, out.name))

@@ -112,7 +112,7 @@ def test_the_crossover_is_published_at_its_stage():
         "stale: rerun `compare_objectives.py --summarize --assets_dir studies/assets/compare_crossover`"
     assert (ASSETS / "compare_crossover.md").read_text() == cx.table(committed) + "\n"
     frontier = json.loads(frontier_path.read_text())
-    fresh = of.frontier(ASSETS, of.PANELS["digits20"], "digits20")
+    fresh = of.frontier(ASSETS, of.panel_sources(ASSETS, "digits20")[0], "digits20")
     assert _same(json.loads(json.dumps(fresh)), frontier), "stale: rerun `python studies/objective_frontier.py`"
     assert not published_errors(committed, frontier, block, readme, guide)
 
@@ -122,7 +122,7 @@ def synthetic(tmp_path):
     """A complete synthetic crossover, its report and frontier, and a reading that quotes them right."""
     _write(tmp_path / "compare_crossover", cx.SEEDS, torch.Generator().manual_seed(11))
     r = json.loads(json.dumps(cx.crossover(tmp_path / "compare_crossover")))
-    f = json.loads(json.dumps(of.frontier(tmp_path, of.PANELS["digits20"], "digits20")))
+    f = json.loads(json.dumps(of.frontier(tmp_path, of.panel_sources(tmp_path, "digits20")[0], "digits20")))
     e = f["differences"][0]
     cost = of._cell(e["pass@k"]["mean"][0], e["pass@k"]["ci"][0], "+")
     t = r["tests"]["iii"]

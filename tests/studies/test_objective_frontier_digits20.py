@@ -17,29 +17,35 @@ import objective_frontier  # noqa: E402
 from test_objective_frontier import N, _passes, _t, _unit, assets  # noqa: E402, F401 (assets: the digits units)
 
 
-def _crossover_units(folder: Path, skip: str | None = None) -> dict:
-    """The pre-registered crossover's 80 units (4 arms x seeds 40-59) on 12 problems, all at one commit."""
-    import compare_crossover
+def _crossover_units(folder: Path, skip: str | None = None, study: str = "compare_crossover", commit: str = "d" * 40,
+                     seed: int = 5) -> dict:
+    """A pre-registered study's units (the crossover's 80 by default: 4 arms x seeds 40-59) on 12 problems, all at
+    one commit."""
+    import importlib
 
-    gen, counts, p = torch.Generator().manual_seed(5), {}, 12
+    study = importlib.import_module(study)
+    gen, counts, p = torch.Generator().manual_seed(seed), {}, 12
     folder.mkdir(parents=True)
-    for s in compare_crossover.SEEDS:
-        for i, arm in enumerate(compare_crossover.ARMS):
+    for s in study.SEEDS:
+        for i, arm in enumerate(study.ARMS):
             name = f"{arm}-s{s}"
             if name != skip:
                 counts[name] = torch.randint(0, 10 + 2 * i, (p,), generator=gen).tolist()
-                unit = _unit(name, counts[name], "d" * 40)
+                unit = _unit(name, counts[name], commit)
                 unit["eval"].update(problem_ids=[f"q{j}" for j in range(p)], scored=[N] * p)
                 (folder / f"{name}.json").write_text(json.dumps(unit))
     return counts
 
 
-def test_the_digits20_panel_is_withheld_until_the_crossover_is_complete(assets, capsys):
+def test_the_digits20_panel_is_withheld_until_a_study_is_complete(assets, capsys):
     path, _ = assets
     _crossover_units(path / "compare_crossover", skip="curverl-s59")
     reports = objective_frontier.write(path)
     assert list(reports) == ["digits"] and not list(path.glob("objective_frontier_digits20*"))
-    assert "withheld until the pre-registered crossover is complete (79 of 80 units in" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the digits20 panel leaves out compare_crossover/ until that pre-registered study is complete (79 of 80 " \
+        "units in" in out
+    assert "leaves out compare_refill/ until that pre-registered study is complete (0 of 120 units in" in out
 
 
 def test_the_complete_crossover_is_its_own_panel_with_max2_subtracted(assets):
@@ -87,3 +93,34 @@ def test_the_guide_gets_the_digits20_table_between_its_own_markers(assets):
     m, (lo, hi), _ = _t(per_seed)
     assert rows[-1][7] == f"{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"  # pass@16
     assert not objective_frontier.update_guide(r, path / "no_guide.md")
+
+
+def test_the_refill_study_joins_the_digits20_panel_once_complete_with_rloo_subtracted(assets):
+    """Refill one unit short: the panel is the crossover's alone, as committed. Complete: its four arms join as
+    sets of their own commit, RLOO becomes the reference, and each refill arm minus RLOO at seeds 60-89 is the
+    brute-force paired t; no difference pairs the two studies (no common seed)."""
+    path, _ = assets
+    _crossover_units(path / "compare_crossover")
+    refill = path / "compare_refill"
+    counts = _crossover_units(refill, skip="max8_refill-s89", study="compare_refill", commit="e" * 40, seed=6)
+    alone = objective_frontier.write(path)["digits20"]
+    assert alone["sources"] == ["compare_crossover"] and alone["reference"] == "max2" and alone["units"] == 80
+    last = _unit("max8_refill-s89", [3] * 12, "e" * 40)
+    last["eval"].update(problem_ids=[f"q{j}" for j in range(12)], scored=[N] * 12)
+    (refill / "max8_refill-s89.json").write_text(json.dumps(last))
+    counts["max8_refill-s89"] = [3] * 12
+    r = objective_frontier.write(path)["digits20"]
+    assert r["sources"] == ["compare_crossover", "compare_refill"] and r["reference"] == "rloo" and r["units"] == 200
+    assert {(s["arm"], s["commit"][0]) for s in r["sets"].values()} == {
+        (a, "d") for a in ("max2", "max8", "maxrl", "curverl")} | {(a, "e") for a in ("rloo", "max2", "max8", "max8_refill")}
+    assert all(set(e["seeds"]) <= set(range(40, 60)) or set(e["seeds"]) <= set(range(60, 90)) for e in r["differences"])
+    seeds = list(range(60, 90))
+    for arm, k in (("max2", 8), ("max8_refill", 8), ("max8", 1)):
+        e = next(e for e in r["differences"] if e["set"] == f"{arm}@eeeeeee" and e["minus"] == "rloo@eeeeeee")
+        per_seed = [_passes(counts[f"{arm}-s{s}"], k)["pass@k"] - _passes(counts[f"rloo-s{s}"], k)["pass@k"]
+                    for s in seeds]  # fmt: skip
+        m, ci, p = _t(per_seed)
+        assert e["seeds"] == seeds and e["commits"] == "same"
+        assert e["pass@k"]["mean"][k - 1] == pytest.approx(m, abs=1e-12)
+        assert e["pass@k"]["ci"][k - 1] == pytest.approx(ci, abs=1e-9) and e["pass@k"]["p"][k - 1] == pytest.approx(p)
+    assert r["main_sets"]["max2"] == "max2@eeeeeee" and r["main_sets"]["maxrl"] == "maxrl@ddddddd"
