@@ -9,6 +9,7 @@ than coerced.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -222,9 +223,15 @@ def _spelled(annotation) -> str:
     return text or str(annotation).replace("typing.", "").replace("NoneType", "None")
 
 
+@functools.cache
+def _type_hints(cls) -> dict:
+    """A dataclass's resolved annotations, once per class (resolving them is ~1 ms, and every field asks)."""
+    return typing.get_type_hints(cls)
+
+
 def check_value(cls, name: str, value, where: str = "") -> None:
     """UsageError naming `--name` unless `value` has the type field `name` of dataclass `cls` is annotated with."""
-    annotation = typing.get_type_hints(cls)[name]
+    annotation = _type_hints(cls)[name]
     if not _fits(value, annotation):
         hint = " (a YAML list: [a, b])" if "list" in str(annotation) else ""
         raise UsageError(f"{where}--{name} must be {_spelled(annotation)}{hint}, got {type(value).__name__} "
