@@ -46,11 +46,8 @@ def run(args, *, timeout: float, input=None, capture_output: bool = False, check
             _kill_group(proc.pid)
             exc.stdout, exc.stderr = proc.communicate()  # what it printed before the bound, as subprocess.run gives
             raise
-        except BaseException:
+        finally:  # an interrupted test too, and strays left by a child that exited (a launcher's hung worker)
             _kill_group(proc.pid)
-            raise
-        finally:
-            _kill_group(proc.pid)  # strays left by a child that exited (a launcher whose worker hung on)
     if check and proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, args, stdout, stderr)
     return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
